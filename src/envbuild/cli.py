@@ -1,0 +1,323 @@
+"""envbuild's command line: parse options, call the library, format the result.
+
+Every command is a thin wrapper. Errors travel up as EnvbuildError subclasses
+and become an exit code in `run`, the only place that exits.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from envbuild.errors import EnvbuildError
+
+app = typer.Typer(
+    name="envbuild",
+    help="Reproducible PyTorch environments: validate, render, lock, build, smoke-test, publish.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--project",
+        "-C",
+        envvar="ENVBUILD_PROJECT",
+        help="Project folder (profiles/, lockfiles/, envbuild.toml).",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+
+
+def _project(path: str | None) -> Any:
+    from envbuild.project import open_project
+
+    return open_project(path)
+
+
+# ---- issue: profiles, compat, validation, rendering -------------------------------------------
+
+
+@app.command("list")
+def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """List the project's profiles."""
+    from envbuild import output, profile
+
+    proj = _project(project)
+    rows: list[dict[str, Any]] = []
+    for name in proj.profile_names():
+        ld = profile.load(
+            proj.profiles_dir / f"{name}.yaml", proj.rel(proj.profiles_dir / f"{name}.yaml")
+        )
+        d = ld.data
+        accel = str(d.get("accelerator", "?"))
+        version = d.get("cuda") or d.get("rocm") or ""
+        rows.append(
+            {
+                "name": name,
+                "accelerator": accel,
+                "accelerator_version": str(version) if version else None,
+                "python": str(d.get("python", "?")),
+                "torch": str(d.get("torch", "?")),
+                "numpy": str(d.get("numpy", "?")),
+                "flavor": str(d.get("flavor", "venv")),
+                "valid_structure": ld.profile is not None,
+            }
+        )
+    if as_json:
+        output.emit_json(rows)
+        return
+    if not rows:
+        output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/")
+        return
+    output.out().print(
+        output.table(
+            None,
+            ["name", "accelerator", "python", "torch", "numpy", "flavor"],
+            [
+                [
+                    r["name"],
+                    r["accelerator"]
+                    + (f" {r['accelerator_version']}" if r["accelerator_version"] else ""),
+                    r["python"],
+                    r["torch"],
+                    r["numpy"],
+                    r["flavor"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
+@app.command()
+def show(name: str, project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """Show a profile as resolved after `extends`."""
+    from envbuild import output, profile
+
+    proj = _project(project)
+    path = proj.profile_path(name)
+    prof = profile.load_valid(path, proj.rel(path))
+    data = prof.model_dump(mode="json")
+    data["digest"] = prof.digest()
+    if as_json:
+        output.emit_json(data)
+        return
+    import yaml
+
+    output.out().print(yaml.safe_dump(data, sort_keys=False).rstrip())
+
+
+@app.command()
+def validate(
+    targets: Annotated[
+        list[str] | None, typer.Argument(help="Profile names or paths to YAML files.")
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every profile in the project.")] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
+) -> None:
+    """Check profiles against PyTorch compatibility data; every problem at once."""
+    from envbuild import output
+    from envbuild import validate as v
+    from envbuild.errors import ProfileError, UsageError
+
+    proj = _project(project)
+    names = list(targets or [])
+    if all_:
+        names += [n for n in proj.profile_names() if n not in names]
+    if not names:
+        raise UsageError("nothing to validate", hint="name profiles or pass --all")
+    results = []
+    for target in names:
+        path = proj.profile_path(target)
+        results.append(v.check(path, proj.rel(path)))
+    failed = [r for r in results if r.errors or (strict and r.warnings)]
+    if as_json:
+        output.emit_json(
+            {
+                "valid": not failed,
+                "profiles": [
+                    {
+                        "file": r.shown,
+                        "valid": not r.errors,
+                        "errors": [d.as_dict() for d in r.errors],
+                        "warnings": [d.as_dict() for d in r.warnings],
+                    }
+                    for r in results
+                ],
+            }
+        )
+    else:
+        con = output.out()
+        for r in results:
+            for d in r.errors:
+                con.print(f"[red]error[/red] {d.render()}", markup=True)
+            for d in r.warnings:
+                con.print(f"[yellow]warning[/yellow] {d.render()}", markup=True)
+        ok = len(results) - len(failed)
+        con.print(f"{ok} of {len(results)} profile(s) valid")
+    if failed:
+        raise ProfileError(
+            f"{len(failed)} profile(s) invalid: {', '.join(r.shown for r in failed)}"
+        )
+
+
+@app.command()
+def render(
+    name: str,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write the files here (default: print the Dockerfile)."
+        ),
+    ] = None,
+    base: Annotated[str | None, typer.Option(help="Override the base image.")] = None,
+    templates: Annotated[
+        Path | None, typer.Option(help="A folder of templates that override the shipped ones.")
+    ] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Render a profile's Dockerfile and lock inputs."""
+    from envbuild import output, profile
+    from envbuild import render as r
+
+    proj = _project(project)
+    path = proj.profile_path(name)
+    prof = profile.load_valid(path, proj.rel(path))
+    outputs = r.render(prof, templates_dir=templates or proj.templates_dir, base=base)
+    if output_dir is None:
+        sys.stdout.write(outputs["Dockerfile"])
+        return
+    written = r.write_outputs(outputs, output_dir)
+    for p in written:
+        output.err().print(f"wrote {p}")
+
+
+@app.command("compat")
+def compat_(
+    spec: Annotated[str | None, typer.Argument(help='e.g. "torch==2.3.1"')] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the PyTorch compatibility table, or what one torch release allows."""
+    from envbuild import compat, output
+    from envbuild.errors import UsageError
+
+    db = compat.load()
+    rows = db.torch
+    if spec:
+        version = spec.split("==", 1)[1] if "==" in spec else spec
+        if spec.startswith("torch") and "==" not in spec:
+            raise UsageError(f"{spec!r}: give an exact release", hint='write "torch==2.3.1"')
+        row = db.release(version.strip())
+        if row is None:
+            known = f"{db.torch[0].release}-{db.newest().release}"
+            raise UsageError(f"torch {version} is not in the compat data ({known})")
+        rows = [row]
+    if as_json:
+        payload: dict[str, Any] = {
+            "schema_version": db.schema_version,
+            "collected": db.collected,
+            "torch": [r.model_dump() for r in rows],
+        }
+        if spec:
+            r0 = rows[0]
+            payload["drivers"] = [d.model_dump() for d in db.drivers if d.cuda in r0.cuda_builds]
+            payload["arches"] = [
+                a.model_dump()
+                for a in db.arches
+                if a.cuda in r0.cuda_builds and db.arches_for(a.cuda, r0.release + ".0") == a
+            ]
+        output.emit_json(payload)
+        return
+    con = output.out()
+    con.print(
+        output.table(
+            f"PyTorch compatibility (collected {db.collected})",
+            [
+                "torch",
+                "python",
+                "CUDA builds",
+                "PyPI wheel",
+                "ROCm",
+                "torchvision",
+                "torchaudio",
+                "numpy 2",
+                "data",
+            ],
+            [
+                [
+                    r.release,
+                    f"{r.python[0]}-{r.python[1]}",
+                    ", ".join(r.cuda_builds),
+                    f"cu{r.pypi_cuda.replace('.', '')}",
+                    ", ".join(r.rocm_builds),
+                    r.torchvision,
+                    r.torchaudio,
+                    "yes" if db.numpy2_allowed(r.release) else "no (<2)",
+                    r.confidence,
+                ]
+                for r in rows
+            ],
+        )
+    )
+    if spec:
+        r0 = rows[0]
+        con.print(
+            output.table(
+                "CUDA builds: driver floor and GPU architectures",
+                ["CUDA", "min driver", "minor-compat floor", "sm"],
+                [
+                    [
+                        c,
+                        ((f := db.driver_floor(c)) and f.min_driver) or "?",
+                        (f and f.minor_floor) or "?",
+                        " ".join(((a := db.arches_for(c, r0.release + ".0")) and a.sm) or ["?"]),
+                    ]
+                    for c in r0.cuda_builds
+                ],
+            )
+        )
+        if r0.notes:
+            con.print(f"note: {r0.notes}")
+
+
+# ---- entry point -------------------------------------------------------------------------------
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return the exit code; the one place errors become numbers."""
+    import click
+
+    from envbuild.errors import exit_code_for
+
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="envbuild", standalone_mode=False)
+    except EnvbuildError as exc:
+        from envbuild import output
+
+        sys.stdout.flush()  # keep the report above the error line when both go to one terminal
+        output.err().print(f"error: {exc}", markup=False)
+        return exit_code_for(exc)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))

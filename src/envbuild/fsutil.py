@@ -1,0 +1,33 @@
+"""Atomic file writing: a reader sees the old files or the new ones, never half of either."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_many(files: dict[Path, str]) -> list[Path]:
+    """Write every file to a temp name first, then rename them all into place.
+
+    The renames happen only after every temp file is complete and fsynced, so a
+    kill before that point leaves the previous versions untouched.
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            staged.append((Path(tmp_name), path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+    return [path for _, path in staged]

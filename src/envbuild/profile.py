@@ -1,0 +1,457 @@
+"""The profile format: a strict model, `extends`, and loading with located errors."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from envbuild import yamlsrc
+from envbuild.errors import Diagnostic, ProfileError
+
+NAME_RE = re.compile(r"^(cpu|cu\d{3}|rocm\d{2,3})-py3\d{1,2}(-[a-z0-9]+)*$")
+PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
+RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
+CUDA_RE = re.compile(r"^\d{2}\.\d$")
+ROCM_RE = re.compile(r"^\d\.\d(\.\d)?$")
+APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,127}(=[A-Za-z0-9.+:~-]{1,64})?$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+URL_RE = re.compile(r"^(https?|file)://[^\s\"'`$\\]+$")
+# Docker's reference grammar (distribution/reference), lower-cased path components.
+_COMP = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::\d+)?)"
+IMAGE_RE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_COMP}(?:/{_COMP})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?$"
+)
+# Pinned by dedicated fields; a second pin in `packages` would fight them.
+PINNED_ELSEWHERE = {"torch", "torchvision", "torchaudio", "numpy"}
+MAX_TEXT = 512
+
+
+def _fail(problem: str, fix: str) -> ValueError:
+    return ValueError(f"{problem} || {fix}")
+
+
+def _single_line(value: str) -> str:
+    if len(value) > MAX_TEXT:
+        raise _fail(f"longer than {MAX_TEXT} characters", "shorten it")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise _fail("contains a control character or line break", "keep it on one line")
+    return value
+
+
+def _pattern(regex: re.Pattern[str], what: str, example: str) -> Any:
+    def check(value: str) -> str:
+        if not regex.fullmatch(value):
+            raise _fail(f"{value[:80]!r} is not {what}", f"write it like {example}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _requirement(value: str) -> str:
+    _single_line(value)
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        reason = str(exc).splitlines()[0].rstrip(".")
+        raise _fail(
+            f"{value!r} is not a PEP 508 requirement ({reason})", 'write e.g. "einops==0.8.0"'
+        ) from exc
+    if req.name.lower().replace("_", "-") in PINNED_ELSEWHERE:
+        raise _fail(
+            f"{req.name} is pinned by its own field",
+            f"remove it from packages and set `{req.name.lower()}:` instead",
+        )
+    return value
+
+
+def _version_or_auto(value: str) -> str:
+    if value != "auto" and not RELEASE_RE.fullmatch(value):
+        raise _fail(
+            f'{value!r} is neither an exact release nor "auto"', 'write e.g. "0.18.1" or "auto"'
+        )
+    return value
+
+
+def _env(value: dict[str, str]) -> dict[str, str]:
+    problems: list[str] = []
+    for key, val in value.items():
+        if not ENV_KEY_RE.fullmatch(key):
+            problems.append(f"{key[:60]!r} is not a valid variable name")
+        elif any(ord(c) < 32 or ord(c) == 127 for c in val) or len(val) > MAX_TEXT:
+            problems.append(f"{key}'s value has a line break or control character, or is too long")
+    if problems:
+        raise _fail("; ".join(problems), "use names of letters, digits and _, and one-line values")
+    return value
+
+
+Platform = Literal["x86_64", "aarch64"]
+Text = Annotated[str, AfterValidator(_single_line)]
+Url = Annotated[
+    str, _pattern(URL_RE, "an http(s):// or file:// URL", '"https://pypi.example/simple"')
+]
+
+
+class Profile(BaseModel):
+    """A resolved profile (after `extends`). Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    name: Annotated[str, _pattern(NAME_RE, "a profile name", '"cu121-py311" or "cpu-py312-dev"')]
+    extends: str | None = None
+    description: Text = ""
+    accelerator: Literal["cuda", "rocm", "cpu"]
+    cuda: Annotated[str, _pattern(CUDA_RE, "a CUDA version", '"12.1"')] | None = None
+    rocm: Annotated[str, _pattern(ROCM_RE, "a ROCm version", '"6.1" or "6.2.4"')] | None = None
+    python: Annotated[str, _pattern(PYTHON_RE, "a Python version", '"3.11"')]
+    torch: Annotated[str, _pattern(RELEASE_RE, "an exact torch release", '"2.3.1"')]
+    torchvision: Annotated[str, AfterValidator(_version_or_auto)] | None = None
+    torchaudio: Annotated[str, AfterValidator(_version_or_auto)] | None = None
+    numpy: Annotated[str, _pattern(RELEASE_RE, "an exact numpy release", '"1.26.4"')]
+    flavor: Literal["venv", "conda"] = "venv"
+    base: (
+        Annotated[str, _pattern(IMAGE_RE, "an image reference", '"ubuntu:22.04@sha256:<64 hex>"')]
+        | None
+    ) = None
+    packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(default_factory=list)
+    apt: list[
+        Annotated[
+            str, _pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')
+        ]
+    ] = Field(default_factory=list)
+    env: Annotated[dict[str, str], AfterValidator(_env)] = Field(default_factory=dict)
+    platforms: list[Platform] = Field(default_factory=lambda: list[Platform](["x86_64"]))
+    index_url: Url | None = None
+    torch_index: Url | None = None
+    find_links: list[Text] = Field(default_factory=list)
+    channels: list[
+        Annotated[
+            str,
+            _pattern(re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$"), "a conda channel", '"conda-forge"'),
+        ]
+    ] = Field(default_factory=lambda: ["conda-forge"])
+    conda_packages: list[
+        Annotated[
+            str,
+            _pattern(
+                re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$"),
+                "a conda match spec",
+                '"libjpeg-turbo=3.0"',
+            ),
+        ]
+    ] = Field(default_factory=list)
+    registry: (
+        Annotated[
+            str,
+            _pattern(
+                re.compile(rf"^{_DOMAIN}(?:/{_COMP})*$"), "a registry path", '"ghcr.io/acme/envs"'
+            ),
+        ]
+        | None
+    ) = None
+
+    @property
+    def accelerator_version(self) -> str | None:
+        return (
+            self.cuda
+            if self.accelerator == "cuda"
+            else self.rocm
+            if self.accelerator == "rocm"
+            else None
+        )
+
+    @property
+    def build_tag(self) -> str:
+        """The PyTorch index name of this build: cu121, rocm6.1, cpu."""
+        if self.accelerator == "cuda" and self.cuda:
+            return "cu" + self.cuda.replace(".", "")
+        if self.accelerator == "rocm" and self.rocm:
+            return "rocm" + self.rocm
+        return "cpu"
+
+    @property
+    def is_devel(self) -> bool:
+        return self.name.endswith("-devel")
+
+    def digest(self) -> str:
+        """sha256 of the whole resolved profile (what labels and pull --verify compare)."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+FIELDS = list(Profile.model_fields)
+VERSION_FIELDS = {"python", "torch", "torchvision", "torchaudio", "numpy", "cuda", "rocm"}
+
+
+@dataclass
+class Loaded:
+    """What loading a profile file gives: the merged data, where each key came from, problems."""
+
+    path: Path
+    shown: str
+    data: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    profile: Profile | None = None
+    bad_fields: set[str] = field(default_factory=set)
+    nested_lines: dict[tuple[str | int, ...], int] = field(default_factory=dict)
+
+    def line(self, key: str, loc: tuple[str | int, ...] = ()) -> int | None:
+        return self.nested_lines.get(loc) or self.origin.get(key, (self.shown, None))[1]
+
+    def file_of(self, key: str) -> str:
+        return self.origin.get(key, (self.shown, None))[0]
+
+    def add(
+        self,
+        severity: str,
+        key: str,
+        message: str,
+        fix: str = "",
+        value: Any = None,
+        loc: tuple[str | int, ...] = (),
+    ) -> None:
+        top = key.split("[", 1)[0].split(".", 1)[0]
+        self.diagnostics.append(
+            Diagnostic(
+                severity=severity,
+                file=self.file_of(top) if top else self.shown,
+                line=self.line(top, loc) if top else None,
+                field=key,
+                message=message,
+                fix=fix,
+                value=None if value is None else str(value)[:200],
+            )
+        )
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "warning"]
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_chain(
+    path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]
+) -> dict[str, Any] | None:
+    """Read one file and, first, whatever it extends. Records origins; None on a fatal problem."""
+    try:
+        doc = yamlsrc.read(path)
+    except yamlsrc.YamlProblem as exc:
+        where = f" (column {exc.column})" if exc.column else ""
+        loaded.diagnostics.append(
+            Diagnostic(
+                "error",
+                shown,
+                exc.line,
+                "",
+                exc.message + where,
+                "fix the YAML syntax at that spot" if exc.line else "",
+            )
+        )
+        return None
+    if doc.data is None:
+        doc.data = {}
+    if not isinstance(doc.data, dict):
+        loaded.diagnostics.append(
+            Diagnostic(
+                "error",
+                shown,
+                1,
+                "",
+                f"a profile is a mapping of keys, not a {type(doc.data).__name__}",
+                "write `key: value` lines",
+            )
+        )
+        return None
+    data: dict[str, Any] = doc.data
+    for key, value in data.items():
+        raw = doc.raw_scalars.get((key,))
+        if (
+            key in VERSION_FIELDS
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and raw is not None
+        ):
+            # YAML reads 3.10 as the float 3.1: keep what the user typed, and say so.
+            loaded.diagnostics.append(
+                Diagnostic(
+                    "error",
+                    shown,
+                    doc.lines.get((key,)),
+                    key,
+                    f"{raw} is a number in YAML (it reads as {value!r})",
+                    f'quote it: {key}: "{raw}"',
+                    raw,
+                )
+            )
+            loaded.bad_fields.add(key)
+    parent_name = data.get("extends")
+    merged: dict[str, Any] = {}
+    if parent_name is not None:
+        if not isinstance(parent_name, str) or not re.fullmatch(
+            r"[A-Za-z0-9_.-]{1,100}", parent_name
+        ):
+            loaded.diagnostics.append(
+                Diagnostic(
+                    "error",
+                    shown,
+                    doc.lines.get(("extends",)),
+                    "extends",
+                    f"{str(parent_name)[:80]!r} is not a profile name in this folder",
+                    "write e.g. extends: _base",
+                )
+            )
+        else:
+            parent = path.parent / f"{parent_name}.yaml"
+            if parent.resolve() in seen or parent.resolve() == path.resolve():
+                chain = " -> ".join(p.stem for p in (*seen, parent))
+                loaded.diagnostics.append(
+                    Diagnostic(
+                        "error",
+                        shown,
+                        doc.lines.get(("extends",)),
+                        "extends",
+                        f"extends forms a cycle ({chain})",
+                        "remove one `extends`",
+                    )
+                )
+            elif not parent.is_file():
+                names = sorted(p.stem for p in path.parent.glob("*.yaml"))
+                close = difflib.get_close_matches(parent_name, names, n=2)
+                loaded.diagnostics.append(
+                    Diagnostic(
+                        "error",
+                        shown,
+                        doc.lines.get(("extends",)),
+                        "extends",
+                        f"{parent_name}.yaml does not exist next to this profile",
+                        f"did you mean {' or '.join(close)}?"
+                        if close
+                        else "create it or remove `extends`",
+                    )
+                )
+            else:
+                parent_shown = str(Path(shown).parent / parent.name)
+                got = _read_chain(parent, parent_shown, loaded, (*seen, path.resolve()))
+                if got is None:
+                    return None
+                merged = got
+    for key in data:
+        line = doc.lines.get((key,))
+        loaded.origin[key] = (shown, line)
+        for loc in [p for p in doc.lines if len(p) > 1 and p[0] == key]:
+            loaded.nested_lines[loc] = doc.lines[loc]
+    merged = _deep_merge(merged, {k: v for k, v in data.items() if k != "extends"})
+    return merged
+
+
+def _pydantic_diagnostics(loaded: Loaded, exc: ValidationError) -> None:
+    pre_flagged = set(loaded.bad_fields)
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        key = str(loc[0]) if loc else ""
+        if key in pre_flagged:
+            continue
+        sub = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+        field_name = key + sub
+        kind = err["type"]
+        value = err.get("input")
+        if kind == "extra_forbidden":
+            close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.6)
+            fix = f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(FIELDS)}"
+            loaded.add("error", key, f"unknown key {key!r}", fix)
+        elif kind == "missing":
+            loaded.add("error", key, "is required", f"add `{key}:` to the profile")
+        elif kind == "literal_error":
+            allowed = err.get("ctx", {}).get("expected", "")
+            close = difflib.get_close_matches(str(value), re.findall(r"'([^']+)'", allowed), n=1)
+            loaded.add(
+                "error",
+                field_name,
+                f"{str(value)[:80]!r} is not allowed",
+                f"use {close[0]!r}" if close else f"use one of {allowed}",
+                value,
+                loc=loc,
+            )
+        elif kind == "value_error":
+            msg = err["msg"].removeprefix("Value error, ")
+            problem, _, fix = msg.partition(" || ")
+            loaded.add("error", field_name, problem, fix, value, loc=loc)
+        elif kind in {"string_type", "list_type", "dict_type", "int_type"}:
+            want = {
+                "string_type": "a string",
+                "list_type": "a list",
+                "dict_type": "a mapping",
+                "int_type": "an integer",
+            }[kind]
+            fix = (
+                f'quote it: {key}: "{value}"'
+                if kind == "string_type" and isinstance(value, (int, float))
+                else f"make it {want}"
+            )
+            loaded.add(
+                "error",
+                field_name,
+                f"must be {want}, not {type(value).__name__}",
+                fix,
+                value,
+                loc=loc,
+            )
+        else:
+            loaded.add("error", field_name, err["msg"], "", value, loc=loc)
+        loaded.bad_fields.add(key)
+
+
+def load(path: Path, shown: str | None = None) -> Loaded:
+    """Load, merge `extends`, and check the structure. Never raises for bad input."""
+    shown = shown or str(path)
+    loaded = Loaded(path=path, shown=shown)
+    merged = _read_chain(path, shown, loaded, ())
+    if merged is None:
+        return loaded
+    loaded.data = merged
+    try:
+        loaded.profile = Profile.model_validate(
+            {k: v for k, v in merged.items() if k not in loaded.bad_fields}
+        )
+    except ValidationError as exc:
+        _pydantic_diagnostics(loaded, exc)
+    if loaded.bad_fields and loaded.profile is not None:
+        loaded.profile = None
+    return loaded
+
+
+def load_valid(path: Path, shown: str | None = None) -> Profile:
+    """Load a profile that must be fully valid (structure and compatibility), else raise."""
+    from envbuild import validate  # the compat rules live one stage up
+
+    loaded = validate.check(path, shown)
+    if loaded.errors or loaded.profile is None:
+        raise ProfileError(
+            f"{loaded.shown} is not valid",
+            loaded.diagnostics,
+            hint=f"run `envbuild validate {loaded.shown}`",
+        )
+    return loaded.profile

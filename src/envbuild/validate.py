@@ -1,0 +1,291 @@
+"""Compatibility rules: every problem in a profile, at once, each with its fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from envbuild import compat, profile
+from envbuild.profile import NAME_RE, Loaded
+
+
+def _ver(text: str) -> Version:
+    return Version(text)
+
+
+def _range_hint(releases: list[str], current: str) -> str:
+    """'torch >= 2.1' / 'torch <= 2.0' / 'torch 2.4-2.5' for the releases that would fit."""
+    if not releases:
+        return ""
+    vs = sorted(releases, key=_ver)
+    cur = _ver(current)
+    lo, hi = vs[0], vs[-1]
+    if _ver(lo) > cur:
+        return f"torch >= {lo}" if hi == compat.load().newest().release else f"torch {lo}-{hi}"
+    if _ver(hi) < cur:
+        return f"torch <= {hi}"
+    return f"torch {lo}-{hi}"
+
+
+def _closest(options: list[str], wanted: str) -> str:
+    def distance(opt: str) -> float:
+        a, b = _ver(opt), _ver(wanted)
+        return abs((a.major * 100 + a.minor) - (b.major * 100 + b.minor)) + (0.5 if a < b else 0)
+
+    return min(options, key=distance)
+
+
+def _str(data: dict[str, Any], key: str, bad: set[str]) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) and key not in bad else None
+
+
+def _check_name(ld: Loaded, data: dict[str, Any], path: Path, bad: set[str]) -> None:
+    name = _str(data, "name", bad)
+    if name is None:
+        return
+    if path.stem != name and not path.stem.startswith("_"):
+        ld.add(
+            "error",
+            "name",
+            f"{name!r} differs from the file name {path.name!r}",
+            f"rename the file to {name}.yaml or set name: {path.stem}",
+            name,
+        )
+    match = NAME_RE.fullmatch(name)
+    if not match:
+        return
+    tok = match.group(1)
+    accel = _str(data, "accelerator", bad)
+    token_accel = "cpu" if tok == "cpu" else "cuda" if tok.startswith("cu") else "rocm"
+    if accel and accel != token_accel:
+        ld.add(
+            "error",
+            "accelerator",
+            f"{accel!r} disagrees with the name {name!r} (token {tok!r} means {token_accel})",
+            f"set accelerator: {token_accel} or rename the profile",
+            accel,
+        )
+    elif accel in {"cuda", "rocm"}:
+        version = _str(data, accel, bad)
+        digits = tok[2:] if accel == "cuda" else tok[4:]
+        if version and version.replace(".", "") != digits:
+            ld.add(
+                "error",
+                accel,
+                f"{version!r} disagrees with the name {name!r} (token {tok!r})",
+                f'set {accel}: "{_token_version(accel, digits)}" or rename the profile',
+                version,
+            )
+    py = _str(data, "python", bad)
+    py_digits = name.split("-py", 1)[1].split("-", 1)[0]
+    if py and py.replace(".", "") != py_digits:
+        ld.add(
+            "error",
+            "python",
+            f"{py!r} disagrees with the name {name!r} (py{py_digits})",
+            f'set python: "{py_digits[0]}.{py_digits[1:]}" or rename the profile',
+            py,
+        )
+
+
+def _token_version(accel: str, digits: str) -> str:
+    if accel == "cuda":
+        return f"{digits[:2]}.{digits[2:]}"
+    return ".".join(digits)
+
+
+def _check_accelerator_fields(ld: Loaded, data: dict[str, Any]) -> None:
+    accel = data.get("accelerator")
+    if accel not in {"cuda", "rocm", "cpu"}:
+        return
+    for key in ("cuda", "rocm"):
+        if key == accel and data.get(key) is None:
+            example = '"12.1"' if key == "cuda" else '"6.1"'
+            ld.add("error", key, f"is required with accelerator: {accel}", f"add {key}: {example}")
+        elif key != accel and data.get(key) is not None:
+            ld.add(
+                "error",
+                key,
+                f"is given but accelerator is {accel}",
+                f"remove `{key}:` or set accelerator: {key}",
+                data.get(key),
+            )
+
+
+def _check_torch(ld: Loaded, data: dict[str, Any], bad: set[str]) -> None:
+    db = compat.load()
+    torch = _str(data, "torch", bad)
+    if torch is None or not profile.RELEASE_RE.fullmatch(torch):
+        return
+    row = db.release(torch)
+    known = f"{db.torch[0].release}-{db.newest().release}"
+    if row is None:
+        if _ver(torch) > _ver(db.newest().release):
+            msg = f"torch {torch} is newer than envbuild's compat data ({known}); it goes unchecked"
+            ld.add(
+                "warning", "torch", msg, "run scripts/refresh_compat.py or upgrade envbuild", torch
+            )
+        else:
+            msg = f"torch {torch} is not supported (envbuild knows {known})"
+            ld.add("error", "torch", msg, f"use torch >= {db.torch[0].release}.0", torch)
+        return
+    if row.confidence != "verified":
+        msg = f"compat data for torch {row.release} is unverified ({row.notes})"
+        ld.add("warning", "torch", msg, "check upstream's build matrix before relying on it", torch)
+    for rule in (_rule_python, _rule_build, _rule_numpy, _rule_companions):
+        rule(ld, data, bad, torch, row)
+
+
+def _rule_python(
+    ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease
+) -> None:
+    py = _str(data, "python", bad)
+    if not py or not profile.PYTHON_RE.fullmatch(py) or row.python_ok(py):
+        return
+    lo, hi = row.python
+    if py in row.python_pypi_extra:
+        msg = f"torch {row.release} supports Python {lo}-{hi}; PyPI has a {py} wheel outside that"
+        ld.add("warning", "python", msg, f'use python "{hi}"', py)
+        return
+    alt = _range_hint(compat.load().releases_for_python(py), torch)
+    fix = f'use python "{_closest(row.python_versions(), py)}"' + (f" or {alt}" if alt else "")
+    msg = f"torch {torch} has no wheel for Python {py} (it supports {lo}-{hi})"
+    ld.add("error", "python", msg, fix, py)
+
+
+def _rule_build(
+    ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease
+) -> None:
+    db = compat.load()
+    accel = data.get("accelerator")
+    if accel == "cuda":
+        cuda = _str(data, "cuda", bad)
+        if not cuda or not profile.CUDA_RE.fullmatch(cuda):
+            return
+        if cuda not in row.cuda_builds:
+            alt = _range_hint(db.releases_with_cuda(cuda), torch)
+            has = ", ".join(row.cuda_builds)
+            fix = f'use cuda "{_closest(row.cuda_builds, cuda)}"' + (f" or {alt}" if alt else "")
+            ld.add(
+                "error", "cuda", f"torch {torch} has no CUDA {cuda} build (it has {has})", fix, cuda
+            )
+        elif db.driver_floor(cuda) is None:
+            msg = f"no driver floor known for CUDA {cuda}"
+            ld.add("warning", "cuda", msg, "the smoke test cannot check the driver", cuda)
+    elif accel == "rocm":
+        rocm = _str(data, "rocm", bad)
+        if rocm and profile.ROCM_RE.fullmatch(rocm) and rocm not in row.rocm_builds:
+            alt = _range_hint(db.releases_with_rocm(rocm), torch)
+            has = ", ".join(row.rocm_builds)
+            fix = f'use rocm "{row.rocm_builds[-1]}"' + (f" or {alt}" if alt else "")
+            ld.add(
+                "error", "rocm", f"torch {torch} has no ROCm {rocm} build (it has {has})", fix, rocm
+            )
+        if "aarch64" in (data.get("platforms") or []):
+            ld.add(
+                "error",
+                "platforms",
+                "PyTorch publishes ROCm builds for x86_64 only",
+                "remove aarch64",
+            )
+
+
+def _rule_numpy(
+    ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease
+) -> None:
+    db = compat.load()
+    numpy = _str(data, "numpy", bad)
+    if not numpy or not profile.RELEASE_RE.fullmatch(numpy):
+        return
+    nv = _ver(numpy)
+    if nv.major >= 2 and not db.numpy2_allowed(torch):
+        msg = (
+            f"torch {torch} was compiled against NumPy 1.x and fails with numpy {numpy} "
+            "(pytorch#107302)"
+        )
+        fix = f'use numpy "1.26.4" or torch >= {db.numpy.numpy2_min_torch}'
+        ld.add("error", "numpy", msg, fix, numpy)
+    rng = db.numpy_python(numpy)
+    py = _str(data, "python", bad)
+    if rng is None:
+        msg = (
+            f"numpy {nv.major}.{nv.minor} is not in envbuild's data; its Python range is unchecked"
+        )
+        ld.add("warning", "numpy", msg, "", numpy)
+    elif py and profile.PYTHON_RE.fullmatch(py):
+        lo, hi = rng.python
+        if not _ver(lo) <= _ver(py) <= _ver(hi):
+            msg = f"numpy {nv.major}.{nv.minor} supports Python {lo}-{hi}, not {py}"
+            ld.add("error", "numpy", msg, "pick a numpy release with wheels for this Python", numpy)
+
+
+def _rule_companions(
+    ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease
+) -> None:
+    pairs = (
+        ("torchvision", row.torchvision, compat.torchvision_for),
+        ("torchaudio", row.torchaudio, compat.torchaudio_for),
+    )
+    for lib, minor, exact_for in pairs:
+        value = _str(data, lib, bad)
+        if value is None or value == "auto" or not profile.RELEASE_RE.fullmatch(value):
+            continue
+        v = _ver(value)
+        if f"{v.major}.{v.minor}" != minor:
+            wanted = exact_for(row, torch).replace(".*", ".0")
+            msg = f"{lib} {value} does not match torch {torch} (it pairs with {lib} {minor}.x)"
+            ld.add("error", lib, msg, f'use {lib}: "{wanted}" or "auto"', value)
+
+
+def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> None:
+    base = _str(data, "base", bad)
+    if base and "@sha256:" not in base:
+        ld.add(
+            "warning",
+            "base",
+            f"{base!r} is not pinned by digest; the tag can move or vanish",
+            "append @sha256:<digest> (docker buildx imagetools inspect IMAGE)",
+            base,
+        )
+    if data.get("flavor") == "conda":
+        torch = _str(data, "torch", bad)
+        channels = data.get("channels") or ["conda-forge"]
+        if torch and "pytorch" in channels and _ver(torch) >= _ver("2.6"):
+            ld.add(
+                "error",
+                "channels",
+                f"the pytorch conda channel stopped after 2.5; torch {torch} is not there",
+                "use conda-forge or torch <= 2.5",
+                ",".join(map(str, channels)),
+            )
+    for i, link in enumerate(data.get("find_links") or []):
+        if isinstance(link, str) and "://" not in link and not re.search(r"\$\{?\w+", link):
+            target = Path(link) if Path(link).is_absolute() else path.parent.parent / link
+            if not target.is_dir():
+                ld.add(
+                    "warning",
+                    f"find_links[{i}]",
+                    f"{link!r} is not a folder here",
+                    "create it or fix the path",
+                    link,
+                )
+
+
+def check(path: Path, shown: str | None = None) -> Loaded:
+    """Structure (pydantic) plus every compatibility rule. Never raises for bad input."""
+    ld = profile.load(path, shown)
+    if not ld.data and ld.errors:
+        return ld
+    data, bad = ld.data, ld.bad_fields
+    _check_name(ld, data, path, bad)
+    _check_accelerator_fields(ld, data)
+    _check_torch(ld, data, bad)
+    _check_misc(ld, data, bad, path)
+    if ld.errors:
+        ld.profile = None
+    ld.diagnostics.sort(key=lambda d: (d.severity != "error", d.file, d.line or 0, d.field))
+    return ld
