@@ -24,9 +24,7 @@ class Diagnostic:
 
     def render(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
-        text = (
-            f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
-        )
+        text = f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
         if self.fix:
             text += f"; {self.fix}"
         return text
@@ -62,9 +60,7 @@ class UsageError(EnvbuildError):
 class ProfileError(EnvbuildError):
     """A profile could not be loaded or is invalid; carries every diagnostic at once."""
 
-    def __init__(
-        self, message: str, diagnostics: list[Diagnostic] | None = None, *, hint: str = ""
-    ) -> None:
+    def __init__(self, message: str, diagnostics: list[Diagnostic] | None = None, *, hint: str = "") -> None:
         super().__init__(message, hint=hint)
         self.diagnostics: list[Diagnostic] = diagnostics or []
 
@@ -128,9 +124,7 @@ class BuildFailure:
 class BuildError(EnvbuildError):
     """A build step failed; names the step, the last lines and the full log."""
 
-    def __init__(
-        self, message: str, failure: BuildFailure | None = None, *, hint: str = ""
-    ) -> None:
+    def __init__(self, message: str, failure: BuildFailure | None = None, *, hint: str = "") -> None:
         super().__init__(message, hint=hint)
         self.failure = failure
 

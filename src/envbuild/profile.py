@@ -28,9 +28,7 @@ URL_RE = re.compile(r"^(https?|file)://[^\s\"'`$\\]+$")
 _COMP = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::\d+)?)"
-IMAGE_RE = re.compile(
-    rf"^(?:{_DOMAIN}/)?{_COMP}(?:/{_COMP})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?$"
-)
+IMAGE_RE = re.compile(rf"^(?:{_DOMAIN}/)?{_COMP}(?:/{_COMP})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?$")
 # Pinned by dedicated fields; a second pin in `packages` would fight them.
 PINNED_ELSEWHERE = {"torch", "torchvision", "torchaudio", "numpy"}
 MAX_TEXT = 512
@@ -63,9 +61,7 @@ def _requirement(value: str) -> str:
         req = Requirement(value)
     except InvalidRequirement as exc:
         reason = str(exc).splitlines()[0].rstrip(".")
-        raise _fail(
-            f"{value!r} is not a PEP 508 requirement ({reason})", 'write e.g. "einops==0.8.0"'
-        ) from exc
+        raise _fail(f"{value!r} is not a PEP 508 requirement ({reason})", 'write e.g. "einops==0.8.0"') from exc
     if req.name.lower().replace("_", "-") in PINNED_ELSEWHERE:
         raise _fail(
             f"{req.name} is pinned by its own field",
@@ -76,9 +72,7 @@ def _requirement(value: str) -> str:
 
 def _version_or_auto(value: str) -> str:
     if value != "auto" and not RELEASE_RE.fullmatch(value):
-        raise _fail(
-            f'{value!r} is neither an exact release nor "auto"', 'write e.g. "0.18.1" or "auto"'
-        )
+        raise _fail(f'{value!r} is neither an exact release nor "auto"', 'write e.g. "0.18.1" or "auto"')
     return value
 
 
@@ -96,9 +90,7 @@ def _env(value: dict[str, str]) -> dict[str, str]:
 
 Platform = Literal["x86_64", "aarch64"]
 Text = Annotated[str, AfterValidator(_single_line)]
-Url = Annotated[
-    str, _pattern(URL_RE, "an http(s):// or file:// URL", '"https://pypi.example/simple"')
-]
+Url = Annotated[str, _pattern(URL_RE, "an http(s):// or file:// URL", '"https://pypi.example/simple"')]
 
 
 class Profile(BaseModel):
@@ -118,16 +110,11 @@ class Profile(BaseModel):
     torchaudio: Annotated[str, AfterValidator(_version_or_auto)] | None = None
     numpy: Annotated[str, _pattern(RELEASE_RE, "an exact numpy release", '"1.26.4"')]
     flavor: Literal["venv", "conda"] = "venv"
-    base: (
-        Annotated[str, _pattern(IMAGE_RE, "an image reference", '"ubuntu:22.04@sha256:<64 hex>"')]
-        | None
-    ) = None
+    base: Annotated[str, _pattern(IMAGE_RE, "an image reference", '"ubuntu:22.04@sha256:<64 hex>"')] | None = None
     packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(default_factory=list)
-    apt: list[
-        Annotated[
-            str, _pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')
-        ]
-    ] = Field(default_factory=list)
+    apt: list[Annotated[str, _pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')]] = Field(
+        default_factory=list
+    )
     env: Annotated[dict[str, str], AfterValidator(_env)] = Field(default_factory=dict)
     platforms: list[Platform] = Field(default_factory=lambda: list[Platform](["x86_64"]))
     index_url: Url | None = None
@@ -152,22 +139,14 @@ class Profile(BaseModel):
     registry: (
         Annotated[
             str,
-            _pattern(
-                re.compile(rf"^{_DOMAIN}(?:/{_COMP})*$"), "a registry path", '"ghcr.io/acme/envs"'
-            ),
+            _pattern(re.compile(rf"^{_DOMAIN}(?:/{_COMP})*$"), "a registry path", '"ghcr.io/acme/envs"'),
         ]
         | None
     ) = None
 
     @property
     def accelerator_version(self) -> str | None:
-        return (
-            self.cuda
-            if self.accelerator == "cuda"
-            else self.rocm
-            if self.accelerator == "rocm"
-            else None
-        )
+        return self.cuda if self.accelerator == "cuda" else self.rocm if self.accelerator == "rocm" else None
 
     @property
     def build_tag(self) -> str:
@@ -252,9 +231,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _read_chain(
-    path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]
-) -> dict[str, Any] | None:
+def _read_chain(path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]) -> dict[str, Any] | None:
     """Read one file and, first, whatever it extends. Records origins; None on a fatal problem."""
     try:
         doc = yamlsrc.read(path)
@@ -310,9 +287,7 @@ def _read_chain(
     parent_name = data.get("extends")
     merged: dict[str, Any] = {}
     if parent_name is not None:
-        if not isinstance(parent_name, str) or not re.fullmatch(
-            r"[A-Za-z0-9_.-]{1,100}", parent_name
-        ):
+        if not isinstance(parent_name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", parent_name):
             loaded.diagnostics.append(
                 Diagnostic(
                     "error",
@@ -347,9 +322,7 @@ def _read_chain(
                         doc.lines.get(("extends",)),
                         "extends",
                         f"{parent_name}.yaml does not exist next to this profile",
-                        f"did you mean {' or '.join(close)}?"
-                        if close
-                        else "create it or remove `extends`",
+                        f"did you mean {' or '.join(close)}?" if close else "create it or remove `extends`",
                     )
                 )
             else:
@@ -433,9 +406,7 @@ def load(path: Path, shown: str | None = None) -> Loaded:
         return loaded
     loaded.data = merged
     try:
-        loaded.profile = Profile.model_validate(
-            {k: v for k, v in merged.items() if k not in loaded.bad_fields}
-        )
+        loaded.profile = Profile.model_validate({k: v for k, v in merged.items() if k not in loaded.bad_fields})
     except ValidationError as exc:
         _pydantic_diagnostics(loaded, exc)
     if loaded.bad_fields and loaded.profile is not None:

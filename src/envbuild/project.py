@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import difflib
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from envbuild._compat import tomllib
 from envbuild.errors import UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 CONFIG_NAME = "envbuild.toml"
 
@@ -70,9 +65,7 @@ class Project:
     def profile_names(self) -> list[str]:
         if not self.profiles_dir.is_dir():
             return []
-        return sorted(
-            p.stem for p in self.profiles_dir.glob("*.yaml") if not p.name.startswith(("_", "."))
-        )
+        return sorted(p.stem for p in self.profiles_dir.glob("*.yaml") if not p.name.startswith(("_", ".")))
 
     def profile_path(self, name_or_path: str) -> Path:
         """Resolve a profile name, or a path to a YAML file anywhere."""

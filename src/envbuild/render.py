@@ -148,9 +148,7 @@ def context(
     db = compat.load()
     row = db.release(profile.torch)
     if row is None:
-        raise RenderError(
-            f"torch {profile.torch} is not in the compat data; cannot pick matching packages"
-        )
+        raise RenderError(f"torch {profile.torch} is not in the compat data; cannot pick matching packages")
     base_info = db.bases.python.get(profile.python)
     if base or profile.base:
         image, python_from = (base or profile.base or ""), "apt"
@@ -159,26 +157,16 @@ def context(
     elif base_info is not None:
         image, python_from = base_info.image, base_info.python_from
     else:
-        raise RenderError(
-            f"no default base image for Python {profile.python}", hint="set `base:` in the profile"
-        )
+        raise RenderError(f"no default base image for Python {profile.python}", hint="set `base:` in the profile")
     src = source or torch_source(profile)
     local = "" if src.route == "pypi" else f"+{profile.build_tag}"
     requirements = [f"torch=={profile.torch}"]
     extras = []
     if profile.torchvision:
-        tv = (
-            compat.torchvision_for(row, profile.torch)
-            if profile.torchvision == "auto"
-            else profile.torchvision
-        )
+        tv = compat.torchvision_for(row, profile.torch) if profile.torchvision == "auto" else profile.torchvision
         extras.append(("torchvision", tv))
     if profile.torchaudio:
-        ta = (
-            compat.torchaudio_for(row, profile.torch)
-            if profile.torchaudio == "auto"
-            else profile.torchaudio
-        )
+        ta = compat.torchaudio_for(row, profile.torch) if profile.torchaudio == "auto" else profile.torchaudio
         extras.append(("torchaudio", ta))
     requirements += [f"{name}=={ver}" for name, ver in extras]
     requirements.append(f"numpy=={profile.numpy}")
@@ -220,6 +208,20 @@ def make_environment(templates_dir: Path | None) -> Any:
     return env
 
 
+def render_one(
+    profile: Profile,
+    template_name: str,
+    *,
+    templates_dir: Path | None = None,
+    source: TorchSource | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> str:
+    """One template with context values replaced (the lock stage re-renders its input)."""
+    env = make_environment(templates_dir)
+    ctx = {**context(profile, source=source), **(overrides or {})}
+    return str(env.get_template(template_name).render(ctx))
+
+
 def render(
     profile: Profile,
     *,
@@ -241,9 +243,7 @@ def render(
                 hint="restore it in templates/ or remove the override",
             ) from exc
         except jinja2.TemplateSyntaxError as exc:
-            raise RenderError(
-                f"{exc.filename or template_name}:{exc.lineno}: {exc.message}"
-            ) from exc
+            raise RenderError(f"{exc.filename or template_name}:{exc.lineno}: {exc.message}") from exc
         except jinja2.UndefinedError as exc:
             raise RenderError(
                 f"{template_name}: {exc.message}",

@@ -25,9 +25,7 @@ def _range_hint(releases: list[str], current: str) -> str:
     lo, hi = vs[0], vs[-1]
     if _ver(lo) > cur:
         return f"torch >= {lo}" if hi == compat.load().newest().release else f"torch {lo}-{hi}"
-    if _ver(hi) < cur:
-        return f"torch <= {hi}"
-    return f"torch {lo}-{hi}"
+    return f"torch {lo}" if lo == hi else f"torch {lo}-{hi}"
 
 
 def _closest(options: list[str], wanted: str) -> str:
@@ -98,8 +96,13 @@ def _token_version(accel: str, digits: str) -> str:
     return ".".join(digits)
 
 
-def _check_accelerator_fields(ld: Loaded, data: dict[str, Any]) -> None:
-    accel = data.get("accelerator")
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _check_accelerator_fields(ld: Loaded, data: dict[str, Any], bad: set[str]) -> None:
+    accel = _str(data, "accelerator", bad)
     if accel not in {"cuda", "rocm", "cpu"}:
         return
     for key in ("cuda", "rocm"):
@@ -126,9 +129,7 @@ def _check_torch(ld: Loaded, data: dict[str, Any], bad: set[str]) -> None:
     if row is None:
         if _ver(torch) > _ver(db.newest().release):
             msg = f"torch {torch} is newer than envbuild's compat data ({known}); it goes unchecked"
-            ld.add(
-                "warning", "torch", msg, "run scripts/refresh_compat.py or upgrade envbuild", torch
-            )
+            ld.add("warning", "torch", msg, "run scripts/refresh_compat.py or upgrade envbuild", torch)
         else:
             msg = f"torch {torch} is not supported (envbuild knows {known})"
             ld.add("error", "torch", msg, f"use torch >= {db.torch[0].release}.0", torch)
@@ -140,9 +141,7 @@ def _check_torch(ld: Loaded, data: dict[str, Any], bad: set[str]) -> None:
         rule(ld, data, bad, torch, row)
 
 
-def _rule_python(
-    ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease
-) -> None:
+def _rule_python(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease) -> None:
     py = _str(data, "python", bad)
     if not py or not profile.PYTHON_RE.fullmatch(py) or row.python_ok(py):
         return
@@ -157,11 +156,9 @@ def _rule_python(
     ld.add("error", "python", msg, fix, py)
 
 
-def _rule_build(
-    ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease
-) -> None:
+def _rule_build(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease) -> None:
     db = compat.load()
-    accel = data.get("accelerator")
+    accel = _str(data, "accelerator", bad)
     if accel == "cuda":
         cuda = _str(data, "cuda", bad)
         if not cuda or not profile.CUDA_RE.fullmatch(cuda):
@@ -170,9 +167,7 @@ def _rule_build(
             alt = _range_hint(db.releases_with_cuda(cuda), torch)
             has = ", ".join(row.cuda_builds)
             fix = f'use cuda "{_closest(row.cuda_builds, cuda)}"' + (f" or {alt}" if alt else "")
-            ld.add(
-                "error", "cuda", f"torch {torch} has no CUDA {cuda} build (it has {has})", fix, cuda
-            )
+            ld.add("error", "cuda", f"torch {torch} has no CUDA {cuda} build (it has {has})", fix, cuda)
         elif db.driver_floor(cuda) is None:
             msg = f"no driver floor known for CUDA {cuda}"
             ld.add("warning", "cuda", msg, "the smoke test cannot check the driver", cuda)
@@ -182,10 +177,8 @@ def _rule_build(
             alt = _range_hint(db.releases_with_rocm(rocm), torch)
             has = ", ".join(row.rocm_builds)
             fix = f'use rocm "{row.rocm_builds[-1]}"' + (f" or {alt}" if alt else "")
-            ld.add(
-                "error", "rocm", f"torch {torch} has no ROCm {rocm} build (it has {has})", fix, rocm
-            )
-        if "aarch64" in (data.get("platforms") or []):
+            ld.add("error", "rocm", f"torch {torch} has no ROCm {rocm} build (it has {has})", fix, rocm)
+        if "aarch64" in _list(data, "platforms"):
             ld.add(
                 "error",
                 "platforms",
@@ -194,27 +187,20 @@ def _rule_build(
             )
 
 
-def _rule_numpy(
-    ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease
-) -> None:
+def _rule_numpy(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease) -> None:
     db = compat.load()
     numpy = _str(data, "numpy", bad)
     if not numpy or not profile.RELEASE_RE.fullmatch(numpy):
         return
     nv = _ver(numpy)
     if nv.major >= 2 and not db.numpy2_allowed(torch):
-        msg = (
-            f"torch {torch} was compiled against NumPy 1.x and fails with numpy {numpy} "
-            "(pytorch#107302)"
-        )
+        msg = f"torch {torch} was compiled against NumPy 1.x and fails with numpy {numpy} (pytorch#107302)"
         fix = f'use numpy "1.26.4" or torch >= {db.numpy.numpy2_min_torch}'
         ld.add("error", "numpy", msg, fix, numpy)
     rng = db.numpy_python(numpy)
     py = _str(data, "python", bad)
     if rng is None:
-        msg = (
-            f"numpy {nv.major}.{nv.minor} is not in envbuild's data; its Python range is unchecked"
-        )
+        msg = f"numpy {nv.major}.{nv.minor} is not in envbuild's data; its Python range is unchecked"
         ld.add("warning", "numpy", msg, "", numpy)
     elif py and profile.PYTHON_RE.fullmatch(py):
         lo, hi = rng.python
@@ -223,9 +209,7 @@ def _rule_numpy(
             ld.add("error", "numpy", msg, "pick a numpy release with wheels for this Python", numpy)
 
 
-def _rule_companions(
-    ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease
-) -> None:
+def _rule_companions(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease) -> None:
     pairs = (
         ("torchvision", row.torchvision, compat.torchvision_for),
         ("torchaudio", row.torchaudio, compat.torchaudio_for),
@@ -253,7 +237,7 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
         )
     if data.get("flavor") == "conda":
         torch = _str(data, "torch", bad)
-        channels = data.get("channels") or ["conda-forge"]
+        channels = _list(data, "channels") or ["conda-forge"]
         if torch and "pytorch" in channels and _ver(torch) >= _ver("2.6"):
             ld.add(
                 "error",
@@ -262,7 +246,7 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
                 "use conda-forge or torch <= 2.5",
                 ",".join(map(str, channels)),
             )
-    for i, link in enumerate(data.get("find_links") or []):
+    for i, link in enumerate(_list(data, "find_links")):
         if isinstance(link, str) and "://" not in link and not re.search(r"\$\{?\w+", link):
             target = Path(link) if Path(link).is_absolute() else path.parent.parent / link
             if not target.is_dir():
@@ -282,7 +266,7 @@ def check(path: Path, shown: str | None = None) -> Loaded:
         return ld
     data, bad = ld.data, ld.bad_fields
     _check_name(ld, data, path, bad)
-    _check_accelerator_fields(ld, data)
+    _check_accelerator_fields(ld, data, bad)
     _check_torch(ld, data, bad)
     _check_misc(ld, data, bad, path)
     if ld.errors:

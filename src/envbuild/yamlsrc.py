@@ -38,6 +38,7 @@ class YamlProblem(Exception):
 
 
 _scalar_loader = yaml.SafeLoader("")
+_PLAIN_COLLECTION_TAGS = {"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
 
 
 def _scalar(node: yaml.ScalarNode) -> Any:
@@ -89,20 +90,22 @@ def _walk(node: yaml.Node, path: Path_, out: Located, budget: list[int], depth: 
     if depth > MAX_DEPTH:
         raise YamlProblem(f"nesting deeper than {MAX_DEPTH} levels", node.start_mark.line + 1)
     out.lines.setdefault(path, node.start_mark.line + 1)
+    if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_COLLECTION_TAGS:
+        raise YamlProblem(
+            f"unsupported YAML tag {node.tag!r}",
+            node.start_mark.line + 1,
+            node.start_mark.column + 1,
+        )
     if isinstance(node, yaml.ScalarNode):
         out.raw_scalars[path] = node.value
         return _scalar(node)
     if isinstance(node, yaml.SequenceNode):
-        return [
-            _walk(child, (*path, i), out, budget, depth + 1) for i, child in enumerate(node.value)
-        ]
+        return [_walk(child, (*path, i), out, budget, depth + 1) for i, child in enumerate(node.value)]
     if isinstance(node, yaml.MappingNode):
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
-                raise YamlProblem(
-                    "mapping keys must be plain strings", key_node.start_mark.line + 1
-                )
+                raise YamlProblem("mapping keys must be plain strings", key_node.start_mark.line + 1)
             if key_node.tag == "tag:yaml.org,2002:merge":
                 raise YamlProblem(
                     "YAML merge keys (<<) are not supported; use `extends:`",

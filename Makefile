@@ -1,0 +1,67 @@
+# envbuild developer tasks. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST := $(PY) -m pytest
+# pytest exits 5 when it collected nothing; that must fail loudly, never pass.
+define run_pytest
+	$(PYTEST) $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: failing" >&2; exit $$rc; }
+endef
+
+.PHONY: help install engine run test e2e check lint typecheck golden bench bench-lock bench-build bench-smoke compat-refresh clean
+
+help: ## List the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed ## Create .venv with envbuild and the dev tools
+
+engine: ## Install and start a real Docker engine, the registry binary and the test base image
+	bash scripts/setup-engine.sh
+
+run: install engine ## Set up everything, then the main job: validate the matrix and build + smoke-test cpu-py311
+	$(VENV)/bin/envbuild validate --all
+	$(VENV)/bin/envbuild build cpu-py311 --base envbuild-test/debian:bookworm \
+	  --find-links "$${PIP_FIND_LINKS:-/opt/wheels}" --ca-bundle /etc/ssl/certs/ca-certificates.crt
+
+test: install ## Fast unit suite (no engine needed)
+	$(call run_pytest,-q -m "not e2e" tests/unit)
+
+e2e: install engine ## End-to-end suite: real engine, real registry, real builds
+	$(call run_pytest,-q -m e2e tests/e2e)
+
+lint: install ## ruff and hadolint-clean templates
+	$(VENV)/bin/ruff check src tests benchmarks scripts
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+
+typecheck: install ## mypy --strict
+	$(VENV)/bin/mypy
+
+check: lint typecheck test e2e ## Everything CI runs: lint, types, unit and e2e
+
+golden: install ## Regenerate tests/golden from the shipped profiles (review the diff!)
+	$(PY) scripts/regen_golden.py
+
+compat-refresh: install ## Re-read the PyPI-derived compat columns (needs PyPI)
+	$(PY) scripts/refresh_compat.py
+
+bench: install engine ## All benchmarks; writes docs/BENCHMARKS.md
+	$(PY) benchmarks/run.py --all
+
+bench-lock: install ## Lock benchmark only
+	$(PY) benchmarks/run.py lock
+
+bench-build: install engine ## Build benchmark only
+	$(PY) benchmarks/run.py build
+
+bench-smoke: install engine ## Smoke benchmark only
+	$(PY) benchmarks/run.py smoke
+
+clean: ## Remove build folders and caches
+	rm -rf .envbuild build dist .pytest_cache .mypy_cache .ruff_cache

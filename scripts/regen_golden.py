@@ -1,0 +1,32 @@
+"""Regenerate tests/golden/<profile>/ from the shipped profiles (`make golden`).
+
+Review the diff before committing: a golden change is a change of what users get.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from envbuild import profile, render
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    golden = REPO / "tests" / "golden"
+    if golden.exists():
+        shutil.rmtree(golden)
+    for path in sorted((REPO / "profiles").glob("*.yaml")):
+        if path.name.startswith("_"):
+            continue
+        prof = profile.load_valid(path)
+        outputs = render.render(prof, templates_dir=REPO / "templates")
+        render.write_outputs(outputs, golden / prof.name)
+        print(f"golden: {prof.name}: {', '.join(sorted(outputs))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

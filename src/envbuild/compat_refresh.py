@@ -1,0 +1,130 @@
+"""Refresh the PyPI-derived compat columns from PyPI's own metadata.
+
+For each torch minor release in the data, resolve the newest patch for Linux
+x86_64 with uv (as a user's lock would), and derive: the CUDA build PyPI's
+default wheel carries (from its nvidia CUDA runtime package), the bundled
+cuDNN / NCCL / runtime versions; and from PyPI's JSON index, the Python
+versions PyPI has wheels for.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.request
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+_LIBS = {
+    "cuda_runtime": re.compile(r"^nvidia-cuda-runtime(-cu\d+)?$"),
+    "cudnn": re.compile(r"^nvidia-cudnn(-cu\d+)?$"),
+    "nccl": re.compile(r"^nvidia-nccl(-cu\d+)?$"),
+    "cuda_toolkit": re.compile(r"^cuda-toolkit$"),
+}
+
+
+def linux_libs(resolved: dict[str, str]) -> dict[str, str]:
+    """GPU library versions among a resolved set of {package: version}."""
+    found: dict[str, str] = {}
+    for name, version in resolved.items():
+        for key, pattern in _LIBS.items():
+            if pattern.fullmatch(name.lower()):
+                found[key] = version
+    return found
+
+
+def resolve_with_uv(torch: str, python: str) -> dict[str, str]:
+    """What `uv pip compile torch==X` picks on Linux x86_64 from PyPI: {name: version}."""
+    from envbuild.lock import uv_binary
+
+    proc = subprocess.run(
+        [
+            uv_binary(),
+            "pip",
+            "compile",
+            "-",
+            "--python-version",
+            python,
+            "--python-platform",
+            "x86_64-manylinux_2_28",
+            "--no-header",
+            "--no-annotate",
+            "--index-url",
+            "https://pypi.org/simple",
+            "--no-config",
+        ],
+        input=f"torch=={torch}\n",
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"uv could not resolve torch=={torch}: {proc.stderr.strip()[-400:]}")
+    pins = {}
+    for line in proc.stdout.splitlines():
+        name, sep, version = line.strip().partition("==")
+        if sep:
+            pins[name.lower()] = version
+    return pins
+
+
+def cuda_of(libs: dict[str, str]) -> str | None:
+    version = libs.get("cuda_runtime") or libs.get("cuda_toolkit")
+    if not version:
+        return None
+    v = Version(version)
+    return f"{v.major}.{v.minor}"
+
+
+def python_tags(filenames: list[str]) -> list[str]:
+    tags = set()
+    for name in filenames:
+        m = re.search(r"-cp3(\d+)-cp3\d+t?-(manylinux[^.]*x86_64)\.whl$", name)
+        if m:
+            tags.add(f"3.{m.group(1)}")
+    return sorted(tags, key=lambda t: int(t.split(".")[1]))
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=60) as resp:  # noqa: S310 - fixed https URL
+        return json.load(resp)
+
+
+def refresh(data: dict[str, Any], fetch: Any = _get, resolve: Any = resolve_with_uv) -> list[str]:
+    """Update `data` in place from PyPI; returns a line per changed value."""
+    index = fetch(PYPI_JSON.format(name="torch"))
+    releases: dict[str, Any] = index["releases"]
+    changes: list[str] = []
+    for row in data["torch"]:
+        minor = row["release"]
+        patches = []
+        for v, files in releases.items():
+            try:
+                parsed = Version(v)
+            except InvalidVersion:
+                continue
+            if f"{parsed.major}.{parsed.minor}" == minor and not parsed.is_prerelease and files:
+                patches.append(parsed)
+        if not patches:
+            continue
+        newest = str(max(patches))
+        libs = linux_libs(resolve(newest, row["python"][1]))
+        cuda = cuda_of(libs)
+        if cuda and cuda != row["pypi_cuda"]:
+            changes.append(f"{minor}: pypi_cuda {row['pypi_cuda']} -> {cuda}")
+            row["pypi_cuda"] = cuda
+        for key, value in libs.items():
+            if key != "cuda_toolkit" and row["pypi_libs"].get(key) != value:
+                changes.append(f"{minor}: {key} {row['pypi_libs'].get(key)} -> {value}")
+                row["pypi_libs"][key] = value
+        pythons = python_tags([f["filename"] for f in releases[newest]])
+        lo, hi = Version(row["python"][0]), Version(row["python"][1])
+        extra = [p for p in pythons if not lo <= Version(p) <= hi]
+        if extra != row.get("python_pypi_extra", []):
+            changes.append(f"{minor}: python_pypi_extra {row.get('python_pypi_extra')} -> {extra}")
+            row["python_pypi_extra"] = extra
+    return changes

@@ -1,0 +1,323 @@
+"""Conda flavor locking: a real conda-lock.yml (conda-lock's v1 format).
+
+Two solvers: conda-lock itself where a conda/mamba/micromamba binary is on PATH,
+and py-rattler, which needs no binary and solves against any channel URL,
+including a local file:// channel. Either way the result is checked against
+the profile before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import yaml
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from envbuild import lockfile, render
+from envbuild.errors import LockError
+from envbuild.fsutil import atomic_write_many
+from envbuild.profile import Profile
+
+if TYPE_CHECKING:
+    from envbuild.lock import LockOptions, LockOutcome
+    from envbuild.project import Project
+
+CONDA_ALIAS = "https://conda.anaconda.org"
+
+
+def environment_of(prof: Profile, templates_dir: Path | None = None) -> dict[str, Any]:
+    """The rendered environment.yml, parsed: what is locked is what `render` shows."""
+    text = render.render(prof, templates_dir=templates_dir)["environment.yml"]
+    env = yaml.safe_load(text)
+    if not isinstance(env, dict) or not isinstance(env.get("dependencies"), list):
+        raise LockError(
+            "the rendered environment.yml has no dependencies list",
+            hint="check templates/environment.yml.j2",
+        )
+    return env
+
+
+def split_specs(env: dict[str, Any]) -> tuple[list[str], list[str]]:
+    conda_specs: list[str] = []
+    pip_specs: list[str] = []
+    for dep in env["dependencies"]:
+        if isinstance(dep, dict) and "pip" in dep:
+            pip_specs += [str(p) for p in dep["pip"]]
+        else:
+            conda_specs.append(str(dep))
+    return conda_specs, sorted(pip_specs)
+
+
+def specs_of(prof: Profile, templates_dir: Path | None = None) -> list[str]:
+    conda_specs, pip_specs = split_specs(environment_of(prof, templates_dir))
+    return conda_specs + [f"pip:{p}" for p in pip_specs]
+
+
+def channel_url(channel: str) -> str:
+    if "://" in channel:
+        return channel.rstrip("/")
+    if channel.startswith("/"):
+        return Path(channel).as_uri()
+    return f"{CONDA_ALIAS}/{channel}"
+
+
+def _virtual_packages(prof: Profile, platform: str) -> list[Any]:
+    import rattler
+
+    def vp(name: str, version: str, build: str = "0") -> Any:
+        return rattler.GenericVirtualPackage(
+            rattler.PackageName(name), rattler.Version(version), rattler.BuildString(build)
+        )
+
+    pkgs = [
+        vp("__unix", "0"),
+        vp("__linux", "5.15"),
+        vp("__glibc", "2.28"),
+        vp("__archspec", "1", platform),
+    ]
+    if prof.accelerator == "cuda" and prof.cuda:
+        # The driver the image will meet is unknown at lock time; state the profile's CUDA.
+        pkgs.append(vp("__cuda", prof.cuda))
+    return pkgs
+
+
+def solve_rattler(prof: Profile, env: dict[str, Any], subdir: str, platform: str) -> list[Any]:
+    import rattler
+
+    conda_specs, _ = split_specs(env)
+    specs = [rattler.MatchSpec(s, strict=False) for s in conda_specs]
+    channels = [channel_url(str(c)) for c in env.get("channels") or []]
+    try:
+        return list(
+            asyncio.run(
+                rattler.solve(
+                    channels,
+                    specs,
+                    platforms=cast(Any, [subdir, "noarch"]),
+                    virtual_packages=_virtual_packages(prof, platform),
+                )
+            )
+        )
+    except Exception as exc:  # rattler raises its own exception types per failure kind
+        raise LockError(
+            f"conda solve failed ({type(exc).__name__}):\n{exc}",
+            hint="check the channels and that they serve these versions",
+        ) from exc
+
+
+def _conda_entry(rec: Any, subdir: str) -> dict[str, Any]:
+    deps: dict[str, str] = {}
+    for dep in rec.depends:
+        name, _, spec = str(dep).partition(" ")
+        deps[name] = spec.strip() or "*"
+    hashes = {}
+    if rec.md5:
+        hashes["md5"] = rec.md5.hex()
+    if rec.sha256:
+        hashes["sha256"] = rec.sha256.hex()
+    return {
+        "name": rec.name.normalized,
+        "version": str(rec.version),
+        "manager": "conda",
+        "platform": subdir,
+        "dependencies": dict(sorted(deps.items())),
+        "url": str(rec.url),
+        "hash": hashes,
+        "category": "main",
+        "optional": False,
+    }
+
+
+def _wheel_tags(python: str, platform: str) -> list[Tag]:
+    major, minor = (int(x) for x in python.split("."))
+    plats = [f"manylinux_2_{n}_{platform}" for n in range(28, 4, -1)] + [
+        f"manylinux2014_{platform}",
+        f"linux_{platform}",
+    ]
+    return [
+        *cpython_tags((major, minor), platforms=plats),
+        *compatible_tags((major, minor), platforms=plats),
+    ]
+
+
+def pick_wheel(wheels: list[dict[str, Any]], python: str, platform: str) -> dict[str, Any] | None:
+    """The best wheel of a pylock package for this interpreter and platform."""
+    priority = {tag: i for i, tag in enumerate(_wheel_tags(python, platform))}
+    best: tuple[int, dict[str, Any]] | None = None
+    for wheel in wheels:
+        try:
+            _, _, _, tags = parse_wheel_filename(wheel["url"].rsplit("/", 1)[-1])
+        except (InvalidWheelFilename, KeyError):
+            continue
+        rank = min((priority[t] for t in tags if t in priority), default=None)
+        if rank is not None and (best is None or rank < best[0]):
+            best = (rank, wheel)
+    return best[1] if best else None
+
+
+def _pip_entries(
+    pip_specs: list[str], python: str, platform: str, subdir: str, opts: LockOptions
+) -> list[dict[str, Any]]:
+    if not pip_specs:
+        return []
+    from envbuild._compat import tomllib
+    from envbuild.lock import _run_uv
+
+    with tempfile.TemporaryDirectory(prefix="envbuild-conda-pip-") as tmp:
+        work = Path(tmp)
+        (work / "requirements.in").write_text("\n".join(pip_specs) + "\n")
+        args = [
+            "pip",
+            "compile",
+            "requirements.in",
+            "-o",
+            "pylock.toml",
+            "--format",
+            "pylock.toml",
+            "--python-version",
+            python,
+            "--python-platform",
+            lockfile.PLATFORM_TAGS[platform],
+            "--no-header",
+            "--no-config",
+            "--quiet",
+            "--index-url",
+            opts.index_url or render.PYPI_SIMPLE,
+        ]
+        for link in opts.find_links:
+            args += ["--find-links", link]
+        _run_uv(args, work)
+        data = tomllib.loads((work / "pylock.toml").read_text())
+    entries = []
+    for pkg in data.get("packages", []):
+        wheel = pick_wheel(pkg.get("wheels", []), python, platform)
+        if wheel is None:
+            raise LockError(
+                f"pip package {pkg['name']} {pkg['version']} has no wheel for Python {python} on {platform}"
+            )
+        entries.append(
+            {
+                "name": pkg["name"],
+                "version": pkg["version"],
+                "manager": "pip",
+                "platform": subdir,
+                "dependencies": {},
+                "url": wheel["url"],
+                "hash": {"sha256": wheel["hashes"]["sha256"]},
+                "category": "main",
+                "optional": False,
+            }
+        )
+    return entries
+
+
+def verify(prof: Profile, entries: list[dict[str, Any]], subdir: str) -> None:
+    by_name = {e["name"]: e for e in entries if e["manager"] == "conda"}
+    problems = []
+    torch = by_name.get("pytorch")
+    if torch is None or torch["version"] != prof.torch:
+        problems.append(f"pytorch: expected {prof.torch}, the solver chose {torch['version'] if torch else 'nothing'}")
+    elif prof.accelerator == "cuda" and "cuda" not in torch["url"].rsplit("/", 1)[-1]:
+        problems.append(f"pytorch: expected a CUDA build, the solver chose {torch['url'].rsplit('/', 1)[-1]}")
+    elif prof.accelerator == "cpu" and "cpu" not in torch["url"].rsplit("/", 1)[-1]:
+        problems.append(f"pytorch: expected a CPU build, the solver chose {torch['url'].rsplit('/', 1)[-1]}")
+    numpy = by_name.get("numpy")
+    if numpy is None or numpy["version"] != prof.numpy:
+        problems.append(f"numpy: expected {prof.numpy}, the solver chose {numpy['version'] if numpy else 'nothing'}")
+    python = by_name.get("python")
+    if python is None or not python["version"].startswith(prof.python + "."):
+        problems.append(
+            f"python: expected {prof.python}.x, the solver chose {python['version'] if python else 'nothing'}"
+        )
+    if prof.accelerator == "cuda":
+        cv = by_name.get("cuda-version")
+        if cv is not None and not cv["version"].startswith(f"{prof.cuda}"):
+            problems.append(f"cuda-version: expected {prof.cuda}, the solver chose {cv['version']}")
+    if problems:
+        raise LockError(
+            f"{prof.name} ({subdir}): the solution does not match the profile; nothing was written:\n  "
+            + "\n  ".join(problems)
+        )
+
+
+def _solver(opts: LockOptions) -> str:
+    if opts.solver != "auto":
+        return opts.solver
+    has_binary = any(shutil.which(b) for b in ("micromamba", "mamba", "conda"))
+    return "conda-lock" if has_binary and shutil.which("conda-lock") else "rattler"
+
+
+def _lock_with_conda_lock(project: Project, prof: Profile, subdirs: list[str], work: Path) -> str:
+    env_file = work / "environment.yml"
+    env_file.write_text(render.render(prof, templates_dir=project.templates_dir)["environment.yml"])
+    args = [
+        "conda-lock",
+        "lock",
+        "--file",
+        str(env_file),
+        "--lockfile",
+        str(work / "conda-lock.yml"),
+    ]
+    for sd in subdirs:
+        args += ["--platform", sd]
+    proc = subprocess.run(args, cwd=work, capture_output=True, text=True, check=False, timeout=3600)
+    if proc.returncode != 0:
+        raise LockError(f"conda-lock failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
+    return (work / "conda-lock.yml").read_text()
+
+
+def lock(project: Project, prof: Profile, opts: LockOptions, digest: str) -> LockOutcome:
+    from envbuild.lock import LockOutcome, lock_dir
+
+    subdirs = [lockfile.CONDA_SUBDIRS[p] for p in opts.platforms]
+    env = environment_of(prof, project.templates_dir)
+    solver = _solver(opts)
+    if solver == "conda-lock":
+        with tempfile.TemporaryDirectory(prefix="envbuild-conda-lock-") as tmp:
+            doc = yaml.safe_load(_lock_with_conda_lock(project, prof, subdirs, Path(tmp)))
+        entries = list(doc["package"])
+    else:
+        entries = []
+        _, pip_specs = split_specs(env)
+        for platform, subdir in zip(opts.platforms, subdirs, strict=True):
+            records = solve_rattler(prof, env, subdir, platform)
+            conda_entries = sorted((_conda_entry(r, subdir) for r in records), key=lambda e: e["name"])
+            entries += conda_entries
+            entries += _pip_entries(pip_specs, prof.python, platform, subdir, opts)
+    for subdir in subdirs:
+        verify(prof, [e for e in entries if e["platform"] == subdir], subdir)
+    channels = [{"url": str(c), "used_env_vars": []} for c in env.get("channels") or []]
+    doc = {
+        "version": 1,
+        "metadata": {
+            "content_hash": dict.fromkeys(subdirs, digest),
+            "channels": channels,
+            "platforms": subdirs,
+            "sources": ["environment.yml"],
+        },
+        "package": sorted(entries, key=lambda e: (e["platform"], e["manager"], e["name"])),
+    }
+    pins = {f"{e['platform']}/{e['manager']}/{e['name']}": lockfile.Pin(e["name"], e["version"]) for e in entries}
+    resolution = lockfile.resolution_id(pins)
+    head = lockfile.header(
+        prof,
+        digest,
+        resolution,
+        ",".join(subdirs),
+        f"conda ({solver}): {', '.join(str(c['url']) for c in channels)}",
+    )
+    path = lock_dir(project, prof.name) / "conda-lock.yml"
+    written = atomic_write_many({path: head + yaml.safe_dump(doc, sort_keys=False, width=200)})
+    return LockOutcome(
+        prof.name,
+        "locked",
+        f"{len(entries)} packages ({solver})",
+        packages=len(entries),
+        files=written,
+    )

@@ -1,0 +1,325 @@
+"""`envbuild lock`: resolve profiles with uv (venv) or a conda solver, verify, write atomically."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envbuild import lockfile, lockverify, render
+from envbuild import profile as profile_mod
+from envbuild.errors import EnvbuildError, LockError, LockMissing, StaleLock
+from envbuild.fsutil import atomic_write_many
+from envbuild.lockfile import PLATFORM_TAGS, Pin
+from envbuild.profile import Profile
+from envbuild.project import Project
+
+Events = Callable[[str, str, str], None]
+# UV_* settings of the caller's shell would silently change what gets locked.
+_UV_ENV_KEEP = {
+    "UV_CACHE_DIR",
+    "UV_NATIVE_TLS",
+    "UV_HTTP_TIMEOUT",
+    "UV_OFFLINE",
+    "UV_INSECURE_HOST",
+}
+
+
+def uv_binary() -> str:
+    """The uv that came with envbuild (the `uv` package), else one on PATH."""
+    candidate = Path(sysconfig.get_path("scripts")) / "uv"
+    if candidate.is_file():
+        return str(candidate)
+    found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if found:
+        return found
+    raise LockError("uv is not installed", hint="pip install uv (envbuild depends on it)")
+
+
+def _uv_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in _UV_ENV_KEEP}
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    index_url: str | None = None
+    torch_index: str | None = None
+    find_links: tuple[str, ...] = ()
+    upgrade: bool = False
+    upgrade_packages: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()
+    solver: str = "auto"  # conda only: auto | conda-lock | rattler
+    offline: bool = False
+
+
+@dataclass
+class LockOutcome:
+    name: str
+    state: str  # fresh | locked | failed
+    message: str = ""
+    seconds: float = 0.0
+    packages: int = 0
+    files: list[Path] = field(default_factory=list)
+    error: EnvbuildError | None = None
+
+
+def _expand(project: Project, location: str) -> str:
+    """Expand $VARS and make relative folders relative to the project, as users write them."""
+    text = os.path.expandvars(location)
+    if "://" in text or Path(text).is_absolute():
+        return text
+    return str((project.root / text).resolve())
+
+
+def effective_options(project: Project, prof: Profile, opts: LockOptions) -> LockOptions:
+    """Options, then the profile, then envbuild.toml: the first that says something wins."""
+    cfg = project.config
+    links = opts.find_links or tuple(prof.find_links) or tuple(cfg.find_links)
+    return LockOptions(
+        index_url=opts.index_url or prof.index_url or cfg.index_url,
+        torch_index=opts.torch_index or prof.torch_index or cfg.torch_index,
+        find_links=tuple(_expand(project, f) for f in links),
+        upgrade=opts.upgrade,
+        upgrade_packages=opts.upgrade_packages,
+        platforms=opts.platforms or tuple(prof.platforms),
+        solver=opts.solver,
+        offline=opts.offline,
+    )
+
+
+def requirements_of(prof: Profile) -> list[str]:
+    return list(render.context(prof)["requirements"])
+
+
+def digest_of(prof: Profile, templates_dir: Path | None = None) -> str:
+    if prof.flavor == "conda":
+        from envbuild import conda
+
+        return lockfile.input_digest(prof, conda.specs_of(prof, templates_dir))
+    return lockfile.input_digest(prof, requirements_of(prof))
+
+
+def lock_dir(project: Project, name: str) -> Path:
+    return project.lockfiles_dir / name
+
+
+def stale_reason(project: Project, prof: Profile, platforms: Sequence[str] | None = None) -> str | None:
+    """Why the profile's lockfiles are not usable as they are, or None when they are fresh."""
+    directory = lock_dir(project, prof.name)
+    digest = digest_of(prof, project.templates_dir)
+    for platform in platforms or prof.platforms:
+        names = lockfile.lock_names(platform, prof.flavor)
+        resolutions = set()
+        for name in names:
+            path = directory / name
+            if not path.is_file():
+                return f"{project.rel(path)} is missing"
+            found = lockfile.read_digest(path)
+            if found is None:
+                return f"{project.rel(path)} has no envbuild header"
+            if found != digest:
+                return f"{project.rel(path)} was locked from other inputs (the profile changed)"
+            resolutions.add(lockfile.read_resolution(path))
+        if len(resolutions) > 1:
+            return f"{' and '.join(names)} disagree (an interrupted lock?)"
+    return None
+
+
+def check(project: Project, names: Sequence[str]) -> list[StaleLock]:
+    """Offline freshness check for CI: no resolver, no network."""
+    stale = []
+    for name in names:
+        path = project.profile_path(name)
+        prof = profile_mod.load_valid(path, project.rel(path))
+        reason = stale_reason(project, prof)
+        if reason:
+            stale.append(StaleLock(prof.name, reason, f"envbuild lock {prof.name}"))
+    return stale
+
+
+def require_fresh(project: Project, prof: Profile) -> Path:
+    """The lock folder of a profile whose lockfiles exist and match it; else LockMissing."""
+    reason = stale_reason(project, prof)
+    if reason:
+        raise LockMissing(f"{prof.name}: {reason}", hint=f"run `envbuild lock {prof.name}`")
+    return lock_dir(project, prof.name)
+
+
+# ---- venv flavor: uv ------------------------------------------------------------------------
+
+
+def _run_uv(args: list[str], cwd: Path) -> str:
+    proc = subprocess.run(
+        [uv_binary(), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=_uv_env(),
+        check=False,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        message = proc.stderr.strip() or proc.stdout.strip()
+        raise LockError(f"uv failed:\n{message[-3000:]}", hint="the resolver's message above says why")
+    return proc.stdout
+
+
+def _compile_args(
+    input_file: Path,
+    output: Path,
+    prof: Profile,
+    platform: str,
+    opts: LockOptions,
+    src: render.TorchSource,
+) -> list[str]:
+    args = [
+        "pip",
+        "compile",
+        str(input_file),
+        "-o",
+        str(output),
+        "--python-version",
+        prof.python,
+        "--python-platform",
+        PLATFORM_TAGS[platform],
+        "--generate-hashes",
+        "--emit-index-annotation",
+        "--no-header",
+        "--no-config",
+        "--index-url",
+        src.index_url,
+        "--quiet",
+    ]
+    for link in src.find_links:
+        args += ["--find-links", link]
+    if opts.upgrade:
+        args.append("--upgrade")
+    for pkg in opts.upgrade_packages:
+        args += ["--upgrade-package", pkg]
+    if opts.offline:
+        args.append("--offline")
+    return args
+
+
+def _lock_input(prof: Profile, src: render.TorchSource, requirements: list[str], family: list[str]) -> str:
+    return render.render_one(
+        prof,
+        "lock-input.toml.j2",
+        source=src,
+        overrides={"requirements": requirements, "torch_family_names": family},
+    )
+
+
+def _resolve_platform(
+    prof: Profile,
+    platform: str,
+    opts: LockOptions,
+    src: render.TorchSource,
+    previous: Path | None,
+    work: Path,
+) -> tuple[dict[str, Pin], str, str]:
+    """Resolve one platform: (pins, requirements text, pylock text)."""
+    reqs = requirements_of(prof)
+    family = sorted(render.context(prof, source=src)["torch_family_names"])
+    out = work / f"requirements-{platform}.txt"
+    if previous is not None and previous.is_file() and not opts.upgrade:
+        # uv keeps the pins already in the output file: a re-lock changes only what must change.
+        out.write_text(previous.read_text("utf-8"))
+    pyproject = work / "pyproject.toml"
+    pyproject.write_text(_lock_input(prof, src, reqs, family))
+    _run_uv(_compile_args(pyproject, out, prof, platform, opts, src), work)
+    pins = lockfile.parse_requirements(out.read_text("utf-8"))
+    if src.route == "index" and not src.torch_index_flat:
+        # The GPU runtime wheels that torch pulls in belong to the torch family too: pin them to
+        # the same index and resolve again, so nothing of the build comes from elsewhere.
+        extra = sorted(n for n in pins if render.TORCH_FAMILY_RE.fullmatch(n) and n not in family)
+        if extra:
+            family = sorted({*family, *extra})
+            pyproject.write_text(_lock_input(prof, src, reqs, family))
+            _run_uv(_compile_args(pyproject, out, prof, platform, opts, src), work)
+            pins = lockfile.parse_requirements(out.read_text("utf-8"))
+    lockverify.verify(prof, pins, src, platform)
+    # pylock.toml from the exact pins, through the same routing, so both files say the same.
+    exact = [f"{p.name}=={p.version}" for p in sorted(pins.values(), key=lambda p: p.name)]
+    pyproject.write_text(_lock_input(prof, src, exact, family))
+    pylock = work / f"pylock.{platform.replace('_', '')}.toml"
+    args = _compile_args(pyproject, pylock, prof, platform, LockOptions(offline=opts.offline), src)
+    args[args.index("--generate-hashes")] = "--format=pylock.toml"
+    args.remove("--emit-index-annotation")
+    _run_uv(args, work)
+    return pins, out.read_text("utf-8"), pylock.read_text("utf-8")
+
+
+def _lock_venv(project: Project, prof: Profile, opts: LockOptions, digest: str) -> LockOutcome:
+    src = render.torch_source(prof, index_url=opts.index_url, torch_index=opts.torch_index, find_links=opts.find_links)
+    where = src.torch_index if src.route == "index" else src.index_url
+    files: dict[Path, str] = {}
+    directory = lock_dir(project, prof.name)
+    count = 0
+    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
+        for platform in opts.platforms:
+            primary, secondary = lockfile.lock_names(platform)
+            pins, req_text, pylock_text = _resolve_platform(prof, platform, opts, src, directory / primary, Path(tmp))
+            resolution = lockfile.resolution_id(pins)
+            head = lockfile.header(prof, digest, resolution, PLATFORM_TAGS[platform], f"{src.route} {where}")
+            # Secondary first, primary last: the primary's rename is what makes the lock current.
+            files[directory / secondary] = head + pylock_text
+            files[directory / primary] = head + req_text
+            count = max(count, len(pins))
+    written = atomic_write_many(files)
+    return LockOutcome(prof.name, "locked", f"{count} packages", packages=count, files=written)
+
+
+# ---- orchestration ----------------------------------------------------------------------------
+
+
+def lock_one(project: Project, name: str, opts: LockOptions, events: Events | None = None) -> LockOutcome:
+    from filelock import FileLock
+
+    say = events or (lambda *_: None)
+    start = time.monotonic()
+    try:
+        path = project.profile_path(name)
+        prof = profile_mod.load_valid(path, project.rel(path))
+        eff = effective_options(project, prof, opts)
+        digest = digest_of(prof, project.templates_dir)
+        project.lockfiles_dir.mkdir(parents=True, exist_ok=True)
+        # One writer per profile at a time, across processes; the second re-checks freshness.
+        with FileLock(str(project.lockfiles_dir / f".{prof.name}.lock"), timeout=3600):
+            fresh = stale_reason(project, prof, eff.platforms) is None
+            if fresh and not eff.upgrade and not eff.upgrade_packages:
+                say(name, "fresh", "lockfile is up to date")
+                return LockOutcome(name, "fresh", "up to date", time.monotonic() - start)
+            say(name, "resolving", f"{prof.flavor}: {', '.join(eff.platforms)}")
+            if prof.flavor == "conda":
+                from envbuild import conda
+
+                outcome = conda.lock(project, prof, eff, digest)
+            else:
+                outcome = _lock_venv(project, prof, eff, digest)
+    except EnvbuildError as exc:
+        say(name, "failed", str(exc).splitlines()[0])
+        return LockOutcome(name, "failed", str(exc), time.monotonic() - start, error=exc)
+    outcome.seconds = time.monotonic() - start
+    say(name, "locked", f"{outcome.message} in {outcome.seconds:.1f}s")
+    return outcome
+
+
+def lock_many(
+    project: Project,
+    names: Sequence[str],
+    opts: LockOptions,
+    jobs: int = 4,
+    events: Events | None = None,
+) -> list[LockOutcome]:
+    """Lock several profiles, a bounded number at a time; results in the order asked."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(lambda n: lock_one(project, n, opts, events), names))

@@ -1,0 +1,68 @@
+"""Shared fixtures: a throw-away project folder and an in-process CLI runner."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_PROFILES = REPO / "profiles"
+
+VALID: dict[str, Any] = {
+    "name": "cu121-py311",
+    "accelerator": "cuda",
+    "cuda": "12.1",
+    "python": "3.11",
+    "torch": "2.3.1",
+    "torchvision": "0.18.1",
+    "numpy": "1.26.4",
+}
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the shipped profiles in a fresh project folder."""
+    root = tmp_path / "proj"
+    shutil.copytree(SHIPPED_PROFILES, root / "profiles")
+    return root
+
+
+@pytest.fixture
+def write_profile(project: Path) -> Callable[..., Path]:
+    def write(stem: str | None = None, text: str | None = None, **fields: Any) -> Path:
+        data = {**VALID, **fields}
+        data = {k: v for k, v in data.items() if v is not None}
+        stem = stem or str(data.get("name", "x"))
+        path = project / "profiles" / f"{stem}.yaml"
+        path.write_text(text if text is not None else yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    from envbuild.cli import run
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def invoke(*args: str) -> Result:
+        capsys.readouterr()
+        code = run(list(args))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return invoke

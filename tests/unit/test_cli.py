@@ -1,0 +1,125 @@
+"""The CLI as a user meets it: exit codes, messages, --json, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..conftest import Result
+
+Cli = Callable[..., Result]
+
+
+def test_validate_all_passes_on_shipped_matrix(cli: Cli, project: Path) -> None:
+    res = cli("validate", "--all", "--project", str(project))
+    assert res.code == 0, res.out + res.err
+    assert "10 of 10 profile(s) valid" in res.out
+
+
+def test_validate_broken_exits_2_with_located_message(
+    cli: Cli, project: Path, write_profile: Callable[..., Path]
+) -> None:
+    write_profile("cu121-py311", torch="2.0.1", torchvision="0.15.2")
+    res = cli("validate", "cu121-py311", "--project", str(project))
+    assert res.code == 2
+    assert (
+        'profiles/cu121-py311.yaml:3: cuda: torch 2.0.1 has no CUDA 12.1 build (it has 11.7, 11.8); use cuda "11.8"'
+        in res.out
+    )
+    assert "Traceback" not in res.err
+
+
+def test_validate_json(cli: Cli, project: Path, write_profile: Callable[..., Path]) -> None:
+    write_profile("cu121-py311", numpy="2.0.0", torch="2.2.2", torchvision="0.17.2")
+    res = cli("validate", "cu121-py311", "--json", "--project", str(project))
+    payload = json.loads(res.out)
+    assert res.code == 2 and payload["valid"] is False
+    [err] = payload["profiles"][0]["errors"]
+    assert err["field"] == "numpy" and err["line"] == 7 and err["value"] == "2.0.0"
+    assert err["fix"].startswith('use numpy "1.26.4"')
+
+
+def test_validate_single_file_anywhere(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "cpu-py311.yaml"
+    path.write_text('name: cpu-py311\naccelerator: cpu\npython: "3.11"\ntorch: "2.13.0"\nnumpy: "2.1.3"\n')
+    assert cli("validate", str(path), "--project", str(tmp_path)).code == 0
+
+
+def test_unknown_profile_lists_closest(cli: Cli, project: Path) -> None:
+    res = cli("show", "cu121-py31", "--project", str(project))
+    assert res.code == 2
+    assert "no profile 'cu121-py31'" in res.err and "did you mean cu121-py311" in res.err
+
+
+def test_list_json(cli: Cli, project: Path) -> None:
+    res = cli("list", "--json", "--project", str(project))
+    rows = {r["name"]: r for r in json.loads(res.out)}
+    assert rows["cu121-py311"]["accelerator_version"] == "12.1"
+    assert rows["rocm63-py312"]["accelerator"] == "rocm"
+    assert "_base" not in rows
+
+
+def test_show_resolves_extends(cli: Cli, project: Path) -> None:
+    res = cli("show", "cu121-py311", "--json", "--project", str(project))
+    data = json.loads(res.out)
+    assert data["env"] == {"OMP_NUM_THREADS": "8", "PYTHONDONTWRITEBYTECODE": "1"}
+    assert len(data["digest"]) == 64
+
+
+def test_render_writes_files(cli: Cli, project: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = cli("render", "cu121-py311", "-o", str(out), "--project", str(project))
+    assert res.code == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "Dockerfile",
+        "lock-input.toml",
+        "requirements.in",
+    ]
+
+
+def test_render_invalid_profile_writes_nothing(
+    cli: Cli, project: Path, tmp_path: Path, write_profile: Callable[..., Path]
+) -> None:
+    write_profile("cu121-py311", numpy="2.0.0", torch="2.2.2", torchvision="0.17.2")
+    out = tmp_path / "out"
+    res = cli("render", "cu121-py311", "-o", str(out), "--project", str(project))
+    assert res.code == 2 and not out.exists()
+
+
+def test_compat_one_release(cli: Cli) -> None:
+    res = cli("compat", "torch==2.3.1", "--json")
+    data = json.loads(res.out)
+    assert data["torch"][0]["cuda_builds"] == ["11.8", "12.1"]
+    assert {d["cuda"]: d["min_driver"] for d in data["drivers"]} == {
+        "11.8": "520.61.05",
+        "12.1": "530.30.02",
+    }
+    assert cli("compat", "torch==9.9.9").code == 2
+
+
+def test_compat_table(cli: Cli) -> None:
+    res = cli("compat")
+    assert res.code == 0 and "2.15" in res.out and "unverified" in res.out
+
+
+def test_bad_config_file(cli: Cli, project: Path) -> None:
+    (project / "envbuild.toml").write_text("[envbuild]\nprofile_dir = 'x'\n")
+    res = cli("list", "--project", str(project))
+    assert res.code == 2 and "envbuild.toml: profile_dir" in res.err
+
+
+def test_console_script_and_module_entry(project: Path) -> None:
+    env = {**os.environ, "ENVBUILD_PROJECT": str(project)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuild", "validate", "no-such"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "no profile 'no-such'" in proc.stderr

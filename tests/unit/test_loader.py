@@ -1,0 +1,83 @@
+"""Loading: extends, cycles, hostile YAML, line numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from envbuild import profile, validate
+
+
+def test_extends_deep_merges_and_tracks_origin(project: Path, write_profile: Callable[..., Path]) -> None:
+    (project / "profiles" / "_gpu.yaml").write_text("accelerator: cuda\nenv:\n  A: '1'\n  B: '2'\n")
+    path = write_profile(
+        text=(
+            "name: cu121-py311\nextends: _gpu\ncuda: '12.1'\npython: '3.11'\ntorch: '2.3.1'\n"
+            "numpy: '1.26.4'\nenv:\n  B: '3'\n"
+        )
+    )
+    loaded = validate.check(path, "profiles/cu121-py311.yaml")
+    assert loaded.errors == []
+    assert loaded.profile is not None
+    assert loaded.profile.env == {"A": "1", "B": "3"}
+    assert loaded.profile.accelerator == "cuda"
+
+
+def test_error_in_parent_names_the_parent_file(project: Path, write_profile: Callable[..., Path]) -> None:
+    (project / "profiles" / "_gpu.yaml").write_text("accelerator: cuda\nflavour: venv\n")
+    path = write_profile(
+        text="name: cu121-py311\nextends: _gpu\ncuda: '12.1'\npython: '3.11'\ntorch: '2.3.1'\nnumpy: '1.26.4'\n"
+    )
+    loaded = validate.check(path, "profiles/cu121-py311.yaml")
+    [err] = loaded.errors
+    assert err.render() == "profiles/_gpu.yaml:2: flavour: unknown key 'flavour'; did you mean `flavor`?"
+
+
+def test_extends_cycle(project: Path, write_profile: Callable[..., Path]) -> None:
+    (project / "profiles" / "_a.yaml").write_text("extends: cu121-py311\n")
+    path = write_profile(text="name: cu121-py311\nextends: _a\n")
+    [err] = [e for e in validate.check(path).errors if e.field == "extends"]
+    assert "extends forms a cycle" in err.message
+
+
+def test_extends_missing_with_suggestion(project: Path, write_profile: Callable[..., Path]) -> None:
+    path = write_profile(text="name: cu121-py311\nextends: _bsae\n")
+    [err] = [e for e in validate.check(path).errors if e.field == "extends"]
+    assert err.message == "_bsae.yaml does not exist next to this profile"
+    assert err.fix == "did you mean _base?"
+
+
+def test_alias_bomb_is_refused_quickly(write_profile: Callable[..., Path]) -> None:
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{','.join(['*a' + str(i - 1)] * 10)}]" for i in range(1, 9)]
+    loaded = validate.check(write_profile(text="\n".join(lines) + "\n"))
+    [err] = loaded.errors
+    assert "alias bomb" in err.message
+
+
+def test_python_object_tag_is_refused(write_profile: Callable[..., Path]) -> None:
+    loaded = validate.check(write_profile(text="name: !!python/object/apply:os.system ['true']\n"))
+    assert "unsupported YAML tag" in loaded.errors[0].message
+
+
+def test_duplicate_keys(write_profile: Callable[..., Path]) -> None:
+    loaded = validate.check(write_profile(text="name: a\nname: b\n"))
+    assert ":2: duplicate key 'name'" in loaded.errors[0].render()
+
+
+def test_not_a_mapping(write_profile: Callable[..., Path]) -> None:
+    loaded = validate.check(write_profile(text="- just\n- a list\n"))
+    assert "a profile is a mapping of keys, not a list" in loaded.errors[0].message
+
+
+def test_binary_file(write_profile: Callable[..., Path]) -> None:
+    path = write_profile(text="")
+    path.write_bytes(b"\xff\xfe\x00bad")
+    assert "not UTF-8" in validate.check(path).errors[0].message
+
+
+def test_digest_is_stable_and_sensitive(write_profile: Callable[..., Path]) -> None:
+    a = profile.load_valid(write_profile())
+    b = profile.load_valid(write_profile())
+    c = profile.load_valid(write_profile(numpy="1.26.3"))
+    assert a.digest() == b.digest() != c.digest()

@@ -1,0 +1,262 @@
+"""One test per validation rule, each asserting the located message and its fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envbuild import validate
+
+
+def errors_of(path: Path) -> list[str]:
+    return [d.render() for d in validate.check(path, path.name).errors]
+
+
+def only_error(path: Path) -> str:
+    errs = errors_of(path)
+    assert len(errs) == 1, errs
+    return errs[0]
+
+
+def test_shipped_matrix_is_valid() -> None:
+    shipped = Path(__file__).resolve().parents[2] / "profiles"
+    names = sorted(p for p in shipped.glob("*.yaml") if not p.name.startswith("_"))
+    assert len(names) >= 9
+    for path in names:
+        assert errors_of(path) == [], path
+
+
+def test_valid_profile_has_no_diagnostics(write_profile: Callable[..., Path]) -> None:
+    loaded = validate.check(write_profile())
+    assert loaded.diagnostics == []
+    assert loaded.profile is not None and loaded.profile.build_tag == "cu121"
+
+
+def test_python_outside_torch_range(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(
+        write_profile(
+            "cu118-py312",
+            name="cu118-py312",
+            cuda="11.8",
+            python="3.12",
+            torch="2.0.1",
+            torchvision="0.15.2",
+        )
+    )
+    assert "python: torch 2.0.1 has no wheel for Python 3.12 (it supports 3.8-3.11)" in msg
+    assert 'use python "3.11" or torch >= 2.2' in msg
+    assert msg.startswith("cu118-py312.yaml:4: ")
+
+
+def test_cuda_build_that_does_not_exist(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(torch="2.0.1", torchvision="0.15.2"))
+    assert msg == (
+        "cu121-py311.yaml:3: cuda: torch 2.0.1 has no CUDA 12.1 build (it has 11.7, 11.8); "
+        'use cuda "11.8" or torch 2.1-2.5'
+    )
+
+
+def test_rocm_build_that_does_not_exist(write_profile: Callable[..., Path]) -> None:
+    path = write_profile(
+        "rocm61-py311",
+        name="rocm61-py311",
+        accelerator="rocm",
+        cuda=None,
+        rocm="6.1",
+        torch="2.7.1",
+        torchvision="0.22.1",
+        numpy="2.2.6",
+    )
+    msg = only_error(path)
+    assert "rocm: torch 2.7.1 has no ROCm 6.1 build (it has 6.2.4, 6.3)" in msg
+    assert 'use rocm "6.3" or torch 2.4-2.6' in msg
+
+
+def test_numpy2_with_old_torch(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(torch="2.2.2", torchvision="0.17.2", numpy="2.0.2"))
+    assert "numpy: torch 2.2.2 was compiled against NumPy 1.x and fails with numpy 2.0.2" in msg
+    assert 'use numpy "1.26.4" or torch >= 2.3' in msg
+
+
+def test_numpy_without_wheels_for_python(write_profile: Callable[..., Path]) -> None:
+    path = write_profile(
+        "cu126-py313",
+        name="cu126-py313",
+        cuda="12.6",
+        python="3.13",
+        torch="2.7.1",
+        torchvision="0.22.1",
+        numpy="1.26.4",
+    )
+    assert "numpy: numpy 1.26 supports Python 3.9-3.12, not 3.13" in only_error(path)
+
+
+def test_torchvision_mismatch(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(torchvision="0.17.0"))
+    assert "torchvision 0.17.0 does not match torch 2.3.1 (it pairs with torchvision 0.18.x)" in msg
+    assert 'use torchvision: "0.18.1" or "auto"' in msg
+
+
+def test_torchaudio_mismatch(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(torchaudio="2.2.0"))
+    assert "torchaudio: torchaudio 2.2.0 does not match torch 2.3.1" in msg and 'use torchaudio: "2.3.1"' in msg
+
+
+def test_torchvision_exact_pairing_from_data(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(
+        write_profile(
+            "cu118-py310",
+            name="cu118-py310",
+            cuda="11.8",
+            python="3.10",
+            torch="2.0.1",
+            torchvision="0.16.0",
+        )
+    )
+    assert 'use torchvision: "0.15.2"' in msg
+
+
+def test_name_and_accelerator_disagree(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile("cpu-py311", name="cpu-py311"))
+    assert "accelerator: 'cuda' disagrees with the name 'cpu-py311'" in msg
+    assert "set accelerator: cpu or rename the profile" in msg
+
+
+def test_name_and_cuda_version_disagree(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile("cu118-py311", name="cu118-py311"))
+    assert "cuda: '12.1' disagrees with the name 'cu118-py311'" in msg and 'set cuda: "11.8"' in msg
+
+
+def test_name_and_python_disagree(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile("cu121-py310", name="cu121-py310"))
+    assert "python: '3.11' disagrees with the name 'cu121-py310' (py310)" in msg and 'set python: "3.10"' in msg
+
+
+def test_rocm_token_with_three_digits(write_profile: Callable[..., Path]) -> None:
+    path = write_profile(
+        "rocm624-py312",
+        name="rocm624-py312",
+        accelerator="rocm",
+        cuda=None,
+        rocm="6.2.4",
+        python="3.12",
+        torch="2.7.1",
+        torchvision="0.22.1",
+        numpy="2.2.6",
+    )
+    assert errors_of(path) == []
+
+
+def test_name_differs_from_file(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile("cu121-py311-x"))
+    assert "name: 'cu121-py311' differs from the file name 'cu121-py311-x.yaml'" in msg
+
+
+def test_missing_accelerator_version(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(cuda=None))
+    assert msg == 'cu121-py311.yaml: cuda: is required with accelerator: cuda; add cuda: "12.1"'
+
+
+def test_accelerator_version_for_wrong_accelerator(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(rocm="6.1"))
+    assert "rocm: is given but accelerator is cuda; remove `rocm:` or set accelerator: rocm" in msg
+
+
+def test_unknown_key_with_suggestion(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(torchvison="0.18.1"))
+    assert msg.endswith("torchvison: unknown key 'torchvison'; did you mean `torchvision`?")
+
+
+def test_malformed_yaml_has_line_and_column(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(text="name: cu121-py311\npython: [3.11\ntorch: 2\n"))
+    assert msg.startswith("cu121-py311.yaml:3: malformed YAML") and "(column" in msg
+
+
+def test_bad_pep508(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(packages=["einops==0.8.0", "not a requirement!"]))
+    assert "packages[1]: 'not a requirement!' is not a PEP 508 requirement" in msg
+    assert 'write e.g. "einops==0.8.0"' in msg
+
+
+def test_torch_in_packages_is_refused(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(packages=["torch==2.3.1"]))
+    assert "set `torch:` instead" in msg
+
+
+def test_bad_image_reference(write_profile: Callable[..., Path]) -> None:
+    msg = only_error(write_profile(base="Ubuntu:22.04 && rm -rf /"))
+    assert "base: 'Ubuntu:22.04 && rm -rf /' is not an image reference" in msg
+
+
+def test_unpinned_base_is_a_warning(write_profile: Callable[..., Path]) -> None:
+    loaded = validate.check(write_profile(base="ubuntu:22.04"))
+    assert loaded.errors == []
+    assert "append @sha256:<digest>" in loaded.warnings[0].render()
+
+
+def test_unquoted_version_number(write_profile: Callable[..., Path]) -> None:
+    text = "name: cu121-py311\naccelerator: cuda\ncuda: 12.1\npython: 3.10\ntorch: 2.3.1\nnumpy: 1.26.4\n"
+    errs = errors_of(write_profile(text=text))
+    assert 'cu121-py311.yaml:4: python: 3.10 is a number in YAML (it reads as 3.1); quote it: python: "3.10"' in errs
+    assert any('quote it: cuda: "12.1"' in e for e in errs)
+
+
+def test_every_problem_at_once(write_profile: Callable[..., Path]) -> None:
+    errs = errors_of(write_profile(torch="2.0.1", torchvision="0.16.0", numpy="2.0.0", flavor="venvv", bogus=1))
+    fields = {e.split(": ", 2)[1] for e in errs}
+    assert {"cuda", "numpy", "torchvision", "flavor", "bogus"} <= fields
+
+
+def test_unknown_old_torch_is_error_new_is_warning(write_profile: Callable[..., Path]) -> None:
+    assert "torch 1.12.1 is not supported" in only_error(write_profile(torch="1.12.1", torchvision=None))
+    loaded = validate.check(write_profile(torch="2.99.0", torchvision=None))
+    assert loaded.errors == [] and "newer than envbuild's compat data" in loaded.warnings[0].message
+
+
+def test_unverified_release_warns(write_profile: Callable[..., Path]) -> None:
+    path = write_profile(
+        "cu130-py313",
+        name="cu130-py313",
+        cuda="13.0",
+        python="3.13",
+        torch="2.15.0",
+        torchvision=None,
+        numpy="2.3.5",
+    )
+    loaded = validate.check(path)
+    assert loaded.errors == []
+    assert any("unverified" in w.message for w in loaded.warnings)
+
+
+def test_pytorch_conda_channel_after_2_5(write_profile: Callable[..., Path]) -> None:
+    path = write_profile(
+        "cpu-py312",
+        name="cpu-py312",
+        accelerator="cpu",
+        cuda=None,
+        python="3.12",
+        torch="2.7.1",
+        torchvision=None,
+        numpy="2.2.6",
+        flavor="conda",
+        channels=["pytorch"],
+    )
+    assert "the pytorch conda channel stopped after 2.5" in only_error(path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("env", {"A\nB": "x"}, "is not a valid variable name"),
+        ("env", {"A": "x\nRUN evil"}, "line break"),
+        ("apt", ["git; rm -rf /"], "is not a Debian package name"),
+        ("description", "two\nlines", "line break"),
+        ("index_url", "https://x/simple; rm", "is not an http(s):// or file:// URL"),
+    ],
+)
+def test_values_that_could_reach_a_shell(
+    write_profile: Callable[..., Path], field: str, value: object, expected: str
+) -> None:
+    assert expected in only_error(write_profile(**{field: value}))
