@@ -1,0 +1,215 @@
+"""Lock stage without a network: lockfile parsing, verification rules, --check, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envbuild import fsutil, lock, lockfile, lockverify, profile, render
+from envbuild.errors import LockError
+from envbuild.lockfile import Pin
+from envbuild.project import open_project
+
+from ..conftest import REPO, Result
+
+SAMPLE = """\
+# DO NOT EDIT
+einops==0.8.1 \\
+    --hash=sha256:aaa \\
+    --hash=sha256:bbb
+    # via -r requirements.in
+    # from https://pypi.org/simple
+torch==2.13.0+cpu \\
+    --hash=sha256:ccc
+    # from file:///opt/wheels
+"""
+
+
+def test_parse_requirements_keeps_hashes_and_sources() -> None:
+    pins = lockfile.parse_requirements(SAMPLE)
+    assert pins["einops"].hashes == ["sha256:aaa", "sha256:bbb"]
+    assert pins["torch"].local == "cpu" and pins["torch"].source == "file:///opt/wheels"
+
+
+def _prof(name: str) -> profile.Profile:
+    return profile.load_valid(REPO / "profiles" / f"{name}.yaml")
+
+
+def _pins(*specs: tuple[str, str, str]) -> dict[str, Pin]:
+    return {n: Pin(n, v, ["sha256:x"], s) for n, v, s in specs}
+
+
+PYPI = "https://pypi.org/simple"
+
+
+def test_verify_accepts_the_right_cuda_build() -> None:
+    prof = _prof("cu121-py311")
+    pins = _pins(
+        ("torch", "2.3.1", PYPI),
+        ("nvidia-cuda-runtime-cu12", "12.1.105", PYPI),
+        ("numpy", "1.26.4", PYPI),
+        ("torchvision", "0.18.1", PYPI),
+    )
+    lockverify.verify(prof, pins, render.torch_source(prof), "x86_64")
+
+
+def test_verify_rejects_wrong_cuda_runtime_naming_both() -> None:
+    prof = _prof("cu124-py312")
+    pins = _pins(
+        ("torch", "2.6.0", PYPI),
+        ("nvidia-cuda-runtime-cu12", "12.1.105", PYPI),
+        ("numpy", "2.2.6", PYPI),
+        ("torchvision", "0.21.0", PYPI),
+    )
+    with pytest.raises(LockError) as err:
+        lockverify.verify(prof, pins, render.torch_source(prof), "x86_64")
+    assert "expected a CUDA 12.4 build (+cu124)" in str(err.value)
+    assert "nvidia-cuda-runtime-cu12 12.1.105 (CUDA 12.1)" in str(err.value)
+
+
+def test_verify_rejects_numpy_and_torchvision_drift() -> None:
+    prof = _prof("cu121-py311")
+    pins = _pins(
+        ("torch", "2.3.1", PYPI),
+        ("nvidia-cuda-runtime-cu12", "12.1.105", PYPI),
+        ("numpy", "2.0.0", PYPI),
+        ("torchvision", "0.18.0", PYPI),
+    )
+    with pytest.raises(LockError) as err:
+        lockverify.verify(prof, pins, render.torch_source(prof), "x86_64")
+    assert "numpy: expected 1.26.4, the resolver chose 2.0.0" in str(err.value)
+    assert "torchvision: expected 0.18.1, the resolver chose 0.18.0" in str(err.value)
+
+
+def test_verify_rejects_cuda_torch_for_cpu_profile() -> None:
+    prof = _prof("cpu-py311")
+    src = render.torch_source(prof, find_links=("/opt/wheels",))
+    pins = _pins(("torch", "2.13.0", PYPI), ("nvidia-cuda-runtime", "13.0.96", PYPI), ("numpy", "2.1.3", PYPI))
+    with pytest.raises(LockError, match="expected the CPU build"):
+        lockverify.verify(prof, pins, src, "x86_64")
+
+
+def test_verify_rejects_dependency_confusion() -> None:
+    prof = _prof("cu118-py310")
+    src = render.torch_source(prof)
+    idx = "https://download.pytorch.org/whl/cu118"
+    pins = _pins(
+        ("torch", "2.7.1+cu118", idx),
+        ("torchvision", "0.22.1+cu118", idx),
+        ("numpy", "2.2.6", idx),
+        ("nvidia-cuda-runtime-cu11", "11.8.89", idx),
+    )
+    with pytest.raises(LockError, match="numpy: came from the PyTorch index"):
+        lockverify.verify(prof, pins, src, "x86_64")
+    pins["numpy"] = Pin("numpy", "2.2.6", [], PYPI)
+    pins["torch"] = Pin("torch", "2.7.1+cu118", [], PYPI)
+    with pytest.raises(LockError, match=r"torch: came from https://pypi\.org/simple, not from the PyTorch index"):
+        lockverify.verify(prof, pins, src, "x86_64")
+
+
+@pytest.fixture
+def locked_project(project: Path) -> Path:
+    shutil.copytree(REPO / "lockfiles", project / "lockfiles")
+    return project
+
+
+def test_check_fresh_stale_missing(cli: Callable[..., Result], locked_project: Path) -> None:
+    res = cli("lock", "--check", "cu121-py311", "cpu-py311", "--project", str(locked_project))
+    assert res.code == 0, res.err
+    prof_path = locked_project / "profiles" / "cu121-py311.yaml"
+    prof_path.write_text(prof_path.read_text().replace('"1.26.4"', '"1.26.3"'))
+    shutil.rmtree(locked_project / "lockfiles" / "cpu-py311")
+    res = cli("lock", "--check", "cu121-py311", "cpu-py311", "--project", str(locked_project))
+    assert res.code == 1
+    assert (
+        "cu121-py311: lockfiles/cu121-py311/requirements.lock was locked from other inputs (the profile changed); "
+        "run `envbuild lock cu121-py311`"
+    ) in (res.err)
+    assert "cpu-py311: lockfiles/cpu-py311/requirements.lock is missing; run `envbuild lock cpu-py311`" in res.err
+
+
+def test_check_ignores_env_only_changes(cli: Callable[..., Result], locked_project: Path) -> None:
+    prof_path = locked_project / "profiles" / "cu121-py311.yaml"
+    prof_path.write_text(prof_path.read_text().replace('OMP_NUM_THREADS: "8"', 'OMP_NUM_THREADS: "16"'))
+    assert cli("lock", "--check", "cu121-py311", "--project", str(locked_project)).code == 0
+
+
+def test_check_detects_half_written_pair(cli: Callable[..., Result], locked_project: Path) -> None:
+    pylock = locked_project / "lockfiles" / "cu121-py311" / "pylock.toml"
+    text = pylock.read_text()
+    pylock.write_text(lockfile.RESOLUTION_RE.sub("# resolution: sha256:" + "0" * 64, text))
+    res = cli("lock", "--check", "cu121-py311", "--json", "--project", str(locked_project))
+    assert res.code == 1
+    assert "disagree" in json.loads(res.out)["stale"][0]["reason"]
+
+
+def test_fresh_lock_is_skipped_without_resolving(
+    cli: Callable[..., Result], locked_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(*_: object, **__: object) -> str:
+        raise AssertionError("resolver must not run for a fresh lock")
+
+    monkeypatch.setattr(lock, "_run_uv", boom)
+    res = cli("lock", "cu121-py311", "--json", "--project", str(locked_project))
+    assert res.code == 0 and json.loads(res.out)[0]["state"] == "fresh"
+
+
+def test_resolver_failure_keeps_previous_lockfiles(
+    cli: Callable[..., Result], locked_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = (locked_project / "lockfiles" / "cu121-py311" / "requirements.lock").read_bytes()
+
+    def fail(*_: object, **__: object) -> str:
+        raise LockError("uv failed:\n  x No solution found when resolving dependencies")
+
+    monkeypatch.setattr(lock, "_run_uv", fail)
+    res = cli("lock", "cu121-py311", "--upgrade", "--project", str(locked_project))
+    assert res.code == 4 and "No solution found" in res.err
+    assert (locked_project / "lockfiles" / "cu121-py311" / "requirements.lock").read_bytes() == before
+
+
+def test_atomic_write_many_leaves_old_file_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "requirements.lock"
+    target.write_text("old\n")
+    calls = []
+
+    def fail_replace(src: str, dst: str) -> None:
+        calls.append(dst)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail_replace)
+    with pytest.raises(OSError):
+        fsutil.atomic_write_many({target: "new\n"})
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["requirements.lock"]
+
+
+def test_require_fresh_names_the_command(locked_project: Path) -> None:
+    from envbuild.errors import LockMissing
+
+    proj = open_project(str(locked_project))
+    shutil.rmtree(locked_project / "lockfiles" / "cu121-py311")
+    with pytest.raises(LockMissing) as err:
+        lock.require_fresh(proj, _prof("cu121-py311"))
+    assert "run `envbuild lock cu121-py311`" in str(err.value)
+
+
+def test_committed_lockfiles_are_fresh() -> None:
+    stale = lock.check(
+        open_project(str(REPO)),
+        ["cpu-py311", "cu121-py311", "cu124-py312", "cu126-py312", "cu128-py313", "cu130-py313"],
+    )
+    assert stale == []
+
+
+def test_committed_lockfiles_hash_every_artifact() -> None:
+    for path in (REPO / "lockfiles").glob("*/requirements.lock"):
+        pins = lockfile.parse_requirements(path.read_text())
+        assert pins, path
+        assert all(p.hashes for p in pins.values()), path
+        assert all(p.source for p in pins.values()), path
