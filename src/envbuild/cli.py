@@ -447,6 +447,214 @@ def venv(
         )
 
 
+# ---- images ------------------------------------------------------------------------------------
+
+
+def _check_image_ref(option: str, value: str | None) -> None:
+    from envbuild.errors import UsageError
+    from envbuild.profile import IMAGE_RE
+
+    if value is not None and not IMAGE_RE.fullmatch(value):
+        raise UsageError(
+            f"{option} {value!r} is not an image reference", hint='write e.g. "ubuntu:22.04@sha256:<digest>"'
+        )
+
+
+def _step_printer(as_json: bool) -> Any:
+    """Progress as a person expects: the current step of N and the elapsed time."""
+    import time as _time
+
+    from envbuild import output
+
+    console = output.err()
+    started = _time.monotonic()
+    last_pull = [0.0]
+
+    def events(kind: str, key: str, text: str) -> None:
+        if as_json:
+            return
+        elapsed = _time.monotonic() - started
+        if kind == "step":
+            console.print(f"[{elapsed:6.1f}s] step {key}: {text}", markup=False, highlight=False)
+        elif kind == "phase":
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}", markup=False, highlight=False)
+        elif kind == "pull" and elapsed - last_pull[0] > 2:
+            last_pull[0] = elapsed
+            console.print(f"[{elapsed:6.1f}s] pulling {key} {text}", markup=False, highlight=False)
+
+    return events
+
+
+def _print_smoke(report: dict[str, Any]) -> None:
+    from envbuild import output
+
+    rows = []
+    for c in report["checks"]:
+        status = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "skip": "[yellow]SKIP[/yellow]"}[
+            c["status"]
+        ]
+        detail = c["reason"] or ", ".join(
+            f"{k}={v}"
+            for k, v in sorted(c["facts"].items())
+            if k
+            in {
+                "torch",
+                "numpy",
+                "device_count",
+                "version",
+                "world_size",
+                "backend",
+                "steps",
+                "batches",
+                "driver",
+                "device",
+                "all_reduce",
+            }
+        )
+        if c["status"] == "fail" and c["remedy"]:
+            detail += f"\nfix: {c['remedy']}"
+        rows.append([c["name"], status, f"{c['seconds']:.2f}", detail])
+    con = output.out()
+    con.print(output.table(None, ["check", "result", "seconds", "detail"], rows))
+    verdict = "[green]passed[/green]" if report["passed"] else "[red]FAILED[/red]: " + ", ".join(report["failed"])
+    con.print(f"smoke {verdict} in {report['seconds']:.1f}s")
+
+
+@app.command()
+def build(
+    name: str,
+    tag: Annotated[
+        str | None, typer.Option("--tag", help="Image repository (default: envbuild.toml's, else 'envbuild').")
+    ] = None,
+    base: Annotated[str | None, typer.Option(help="Override the base image.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every step anew.")] = False,
+    pull: Annotated[bool, typer.Option("--pull", help="Pull the base image even if present.")] = False,
+    ca_bundle: Annotated[
+        Path | None, typer.Option("--ca-bundle", help="CA bundle for TLS inside the build (builder stage only).")
+    ] = None,
+    find_links: Annotated[
+        list[str] | None, typer.Option("--find-links", help="Local wheelhouse for locked wheels.")
+    ] = None,
+    index_url: Annotated[str | None, typer.Option(help="A PyPI mirror for the build (may carry credentials).")] = None,
+    torch_index: Annotated[str | None, typer.Option(help="A mirror of the PyTorch index.")] = None,
+    no_smoke: Annotated[
+        bool, typer.Option("--no-smoke", help="Skip the smoke test (the image gets no smoke label).")
+    ] = False,
+    gpus: Annotated[str, typer.Option(help="Smoke test GPUs: auto, all, none or a count.")] = "auto",
+    builder: Annotated[str, typer.Option(help="docker (the SDK) or buildkit.")] = "docker",
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build a profile's image from its lockfile, smoke-test it, then tag it."""
+    from envbuild import build as b
+    from envbuild import output, profile
+    from envbuild.errors import UsageError
+
+    if builder not in {"docker", "buildkit"}:
+        raise UsageError(f"--builder {builder}: unknown", hint="use docker or buildkit")
+    _check_image_ref("--base", base)
+    proj = _project(project)
+    path = proj.profile_path(name)
+    prof = profile.load_valid(path, proj.rel(path))
+    opts = b.BuildOptions(
+        repo=tag,
+        base=base,
+        no_cache=no_cache,
+        pull=pull,
+        ca_bundle=ca_bundle,
+        find_links=tuple(find_links or ()),
+        index_url=index_url,
+        torch_index=torch_index,
+        smoke=not no_smoke,
+        smoke_gpus=gpus,
+        builder=builder,
+    )
+    result = b.build(proj, prof, opts, _step_printer(as_json))
+    if as_json:
+        from dataclasses import asdict
+
+        output.emit_json(asdict(result))
+        return
+    if result.smoke:
+        _print_smoke(result.smoke)
+    con = output.out()
+    con.print(
+        f"built {result.image_id[:19]} in {result.seconds:.1f}s ({result.cached_steps} of {result.steps} steps cached)"
+    )
+    for t in result.tags:
+        con.print(f"  tagged {t}")
+    con.print(f"  log: {proj.rel(Path(result.log_path))}")
+
+
+@app.command()
+def smoke(
+    target: Annotated[str | None, typer.Argument(help="A profile name or an image reference.")] = None,
+    local: Annotated[bool, typer.Option("--local", help="Run the checks in an interpreter here, no Docker.")] = False,
+    python: Annotated[str | None, typer.Option(help="--local: the interpreter (default: this one).")] = None,
+    gpus: Annotated[str, typer.Option(help="all, none or a count (auto: all when the host has GPUs).")] = "auto",
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the JSON report here.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before the whole run is stopped.")] = 600.0,
+    shm_size: Annotated[str, typer.Option(help="Size of the container's shared memory (shm).")] = "2g",
+    ipc_host: Annotated[bool, typer.Option("--ipc-host", help="Share the host's IPC namespace instead.")] = False,
+    lock_match: Annotated[str, typer.Option(help="--local: exact, pins or none.")] = "pins",
+    tag: Annotated[str | None, typer.Option("--tag", help="Image repository the profile was built into.")] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Prove that an image (or this interpreter) really trains: GPU kernels, cuDNN, DDP, AMP."""
+    import json as _json
+
+    from envbuild import build as b
+    from envbuild import engine, profile
+    from envbuild.errors import SmokeFailed, UsageError
+    from envbuild.smoke import host
+
+    proj = _project(project)
+    prof = None
+    if (target and (proj.profiles_dir / f"{target}.yaml").is_file()) or (target and target.endswith((".yaml", ".yml"))):
+        path = proj.profile_path(target)
+        prof = profile.load_valid(path, proj.rel(path))
+    if local:
+        if prof is None:
+            raise UsageError("--local needs a profile name", hint="envbuild smoke --local cpu-py311")
+        from envbuild import lock as lk
+
+        lock_file = lk.require_fresh(proj, prof) / "requirements.lock"
+        expect = b.expectations(prof, lock_file)
+        report = host.run_local(
+            expect, python=python, gpus=gpus, timeout=min(timeout, 300), lock_match=lock_match, wall_timeout=timeout
+        )
+    else:
+        if target is None:
+            raise UsageError("name a profile or an image")
+        cli = engine.client()
+        accelerator = "cpu"
+        if prof is not None:
+            accelerator = prof.accelerator
+            result_file = b.build_dir(proj, prof) / "result.json"
+            image = f"{b.repository(proj, b.BuildOptions(repo=tag))}:{prof.name}"
+            if result_file.is_file():
+                image = _json.loads(result_file.read_text())["built_image_id"]
+        else:
+            image = target
+            accelerator = engine.labels_of(cli, image).get("io.envbuild.accelerator", "cpu")
+        if gpus == "auto":
+            gpus = (
+                "all"
+                if accelerator != "cpu" and host.host_has_gpu(accelerator)
+                else ("all" if accelerator != "cpu" else "none")
+            )
+        report = host.run_in_image(
+            cli, image, gpus=gpus, timeout=timeout, accelerator=accelerator, shm_size=shm_size, ipc_host=ipc_host
+        )
+        if prof is not None:
+            host.save_report(b.build_dir(proj, prof) / "smoke.json", report)
+    if json_file:
+        host.save_report(json_file, report)
+    _print_smoke(report)
+    if not report["passed"]:
+        raise SmokeFailed(f"smoke failed: {', '.join(report['failed'])}")
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
 

@@ -70,6 +70,10 @@ class ProfileError(EnvbuildError):
         return "\n".join(d.render() for d in self.diagnostics if d.severity == "error")
 
 
+class ImageMissing(UsageError):
+    """An image that a command needs is not in the engine."""
+
+
 class CompatDataError(EnvbuildError):
     """The packaged compatibility data is unreadable (a packaging bug, not user input)."""
 

@@ -19,6 +19,9 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
         for path, text in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            # mkstemp makes 0600 files; lockfiles and build context files must be world-readable
+            # (a non-root user in the image reads what COPY put there).
+            os.fchmod(fd, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
                 fh.flush()

@@ -144,6 +144,7 @@ def context(
     *,
     base: str | None = None,
     source: TorchSource | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     db = compat.load()
     row = db.release(profile.torch)
@@ -189,6 +190,7 @@ def context(
         "channels": profile.channels,
         "conda_packages": sorted(profile.conda_packages),
         "uid": 1000,
+        "labels": sorted((labels or {}).items()),
     }
 
 
@@ -228,11 +230,12 @@ def render(
     templates_dir: Path | None = None,
     base: str | None = None,
     source: TorchSource | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Render every output of a profile: {file name: text}. Same inputs, same bytes."""
     jinja2 = _env()
     env = make_environment(templates_dir)
-    ctx = context(profile, base=base, source=source)
+    ctx = context(profile, base=base, source=source, labels=labels)
     out: dict[str, str] = {}
     for template_name in TEMPLATE_NAMES[profile.flavor]:
         try:

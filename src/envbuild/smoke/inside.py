@@ -17,6 +17,7 @@ import ctypes
 import datetime
 import glob
 import json
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -24,9 +25,10 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 REPORT_VERSION = 1
 DEFAULT_EXPECT = "/opt/envbuild/expect.json"
@@ -100,9 +102,15 @@ def check_versions(ctx: Context, r: Result) -> None:
 
     ctx.torch = torch
     exp = ctx.expect
-    py = "%d.%d" % sys.version_info[:2]
-    r.facts.update(python=platform.python_version(), torch=torch.__version__, numpy=numpy.__version__,
-                   cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None), executable=sys.executable)
+    py = "{}.{}".format(*sys.version_info[:2])
+    r.facts.update(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        numpy=numpy.__version__,
+        cuda=torch.version.cuda,
+        hip=getattr(torch.version, "hip", None),
+        executable=sys.executable,
+    )
     problems = []
     if exp.get("python") and py != exp["python"]:
         problems.append(f"Python {py}, expected {exp['python']}")
@@ -125,7 +133,9 @@ def check_versions(ctx: Context, r: Result) -> None:
             if name:
                 installed[_canon(name)] = dist.version
         missing = sorted(n for n in locked if n not in installed)
-        other = sorted(f"{n} {installed[n]} (lock: {v})" for n, v in locked.items() if n in installed and installed[n] != v)
+        other = sorted(
+            f"{n} {installed[n]} (lock: {v})" for n, v in locked.items() if n in installed and installed[n] != v
+        )
         extra = sorted(n for n in installed if n not in locked and n not in BOOTSTRAP)
         r.facts.update(locked_packages=len(locked), installed_packages=len(installed))
         if missing:
@@ -137,9 +147,11 @@ def check_versions(ctx: Context, r: Result) -> None:
         elif extra:
             r.facts["not_in_lockfile"] = extra
     if problems:
-        raise CheckFailed("; ".join(problems),
-                          "rebuild the image from a fresh lockfile (envbuild lock NAME && envbuild build NAME); "
-                          "do not pip install into an envbuild environment")
+        raise CheckFailed(
+            "; ".join(problems),
+            "rebuild the image from a fresh lockfile (envbuild lock NAME && envbuild build NAME); "
+            "do not pip install into an envbuild environment",
+        )
 
 
 def check_libs(ctx: Context, r: Result) -> None:
@@ -162,8 +174,9 @@ def check_libs(ctx: Context, r: Result) -> None:
             failed.append(f"{os.path.basename(hits[0])}: {exc}")
     r.facts.update(loaded=loaded, compiled_cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
     if failed:
-        raise CheckFailed("CUDA libraries fail to load: " + "; ".join(failed),
-                          "the environment is incomplete; rebuild the image")
+        raise CheckFailed(
+            "CUDA libraries fail to load: " + "; ".join(failed), "the environment is incomplete; rebuild the image"
+        )
     if not loaded and torch.backends.cudnn.version() is None:
         raise CheckFailed("no CUDA runtime libraries found next to torch", "rebuild the image from its lockfile")
 
@@ -213,8 +226,12 @@ def check_gpu(ctx: Context, r: Result) -> None:
     for i in range(count):
         props = torch.cuda.get_device_properties(i)
         cap = f"{props.major}{props.minor}"
-        info = {"index": i, "name": props.name, "capability": f"{props.major}.{props.minor}",
-                "memory_gib": round(props.total_memory / 2**30, 1)}
+        info = {
+            "index": i,
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "memory_gib": round(props.total_memory / 2**30, 1),
+        }
         if ctx.accelerator == "rocm":
             info["arch"] = getattr(props, "gcnArchName", "?")
         devices.append(info)
@@ -247,14 +264,21 @@ def check_gpu(ctx: Context, r: Result) -> None:
         floor = ctx.expect.get("driver_floor") or {}
         if driver and floor:
             if _vtuple(driver) < _vtuple(floor["minor_floor"]):
-                problems.append(f"driver {driver} is older than {floor['minor_floor']}, the oldest that runs CUDA {ctx.expect.get('cuda')}")
+                problems.append(
+                    f"driver {driver} is older than {floor['minor_floor']}, "
+                    f"the oldest that runs CUDA {ctx.expect.get('cuda')}"
+                )
             elif _vtuple(driver) < _vtuple(floor["min_driver"]):
-                r.facts["driver_note"] = (f"driver {driver} runs CUDA {ctx.expect.get('cuda')} through minor-version "
-                                          f"compatibility (full support from {floor['min_driver']})")
+                r.facts["driver_note"] = (
+                    f"driver {driver} runs CUDA {ctx.expect.get('cuda')} through minor-version "
+                    f"compatibility (full support from {floor['min_driver']})"
+                )
     if problems:
-        raise CheckFailed("; ".join(problems),
-                          "use a profile whose build covers this GPU (Blackwell needs cu128+), or upgrade the driver "
-                          f"to >= {(ctx.expect.get('driver_floor') or {}).get('min_driver', 'the floor for this CUDA')}")
+        raise CheckFailed(
+            "; ".join(problems),
+            "use a profile whose build covers this GPU (Blackwell needs cu128+), or upgrade the driver "
+            f"to >= {(ctx.expect.get('driver_floor') or {}).get('min_driver', 'the floor for this CUDA')}",
+        )
 
 
 def check_cudnn(ctx: Context, r: Result) -> None:
@@ -265,10 +289,16 @@ def check_cudnn(ctx: Context, r: Result) -> None:
     if not torch.cuda.is_available():
         raise CheckFailed("no GPU visible, cuDNN cannot run", "see the gpu check")
     backends = torch.backends.cudnn
-    r.facts.update(available=backends.is_available(), enabled=backends.enabled, version=backends.version(),
-                   library="MIOpen" if ctx.accelerator == "rocm" else "cuDNN")
+    r.facts.update(
+        available=backends.is_available(),
+        enabled=backends.enabled,
+        version=backends.version(),
+        library="MIOpen" if ctx.accelerator == "rocm" else "cuDNN",
+    )
     if not backends.is_available() or not backends.enabled:
-        raise CheckFailed("cuDNN is not available or disabled", "the image lacks nvidia-cudnn; rebuild from its lockfile")
+        raise CheckFailed(
+            "cuDNN is not available or disabled", "the image lacks nvidia-cudnn; rebuild from its lockfile"
+        )
     old_tf32 = backends.allow_tf32
     backends.allow_tf32 = False
     try:
@@ -283,11 +313,15 @@ def check_cudnn(ctx: Context, r: Result) -> None:
         torch.cuda.synchronize()
     finally:
         backends.allow_tf32 = old_tf32
-    ok_fwd = torch.allclose(out.detach().cpu().double(), torch.nn.functional.conv2d(x64, w64, padding=1).detach(), rtol=1e-3, atol=1e-3)
+    ok_fwd = torch.allclose(
+        out.detach().cpu().double(), torch.nn.functional.conv2d(x64, w64, padding=1).detach(), rtol=1e-3, atol=1e-3
+    )
     ok_bwd = torch.allclose(w.grad.cpu().double(), w64.grad, rtol=1e-3, atol=1e-2)
     r.facts.update(forward_matches=ok_fwd, backward_matches=ok_bwd)
     if not (ok_fwd and ok_bwd):
-        raise CheckFailed("conv2d on the GPU differs from the float64 CPU reference", "report this with the facts above")
+        raise CheckFailed(
+            "conv2d on the GPU differs from the float64 CPU reference", "report this with the facts above"
+        )
 
 
 def _shm_bytes() -> int | None:
@@ -310,15 +344,27 @@ def _sgd_step(params: Any, lr: float) -> None:
     import torch
 
     with torch.no_grad():
-        for p in params:
-            if p.grad is not None:
-                p -= lr * p.grad
-                p.grad = None
+        for param in params:
+            if param.grad is not None:
+                param.sub_(lr * param.grad)
+                param.grad = None
 
 
 def _mp_context(uses_cuda: bool) -> Any:
     # fork is safe and fast without a CUDA context in the parent; CUDA needs spawn.
     return mp.get_context("spawn" if uses_cuda else "fork")
+
+
+def _ranks_context() -> Any:
+    """Processes for DDP ranks: forked from a clean single-threaded server that imported torch once.
+
+    Plain fork from this process can deadlock when a library thread holds a lock at fork time
+    (seen once on a cold start), and spawn re-imports torch in every rank (seconds each here).
+    """
+    ctx = mp.get_context("forkserver")
+    # DDP imports TorchDynamo on construction: preloading it here pays for that once, not per rank.
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo"])
+    return ctx
 
 
 def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, queue: Any) -> None:
@@ -330,8 +376,13 @@ def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, 
         device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", world_size=world, rank=rank,
-                                timeout=datetime.timedelta(seconds=timeout))
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            world_size=world,
+            rank=rank,
+            timeout=datetime.timedelta(seconds=timeout),
+        )
         t = torch.tensor([float(rank + 1)], device=device)
         dist.all_reduce(t)
         total = float(t.item())
@@ -360,8 +411,10 @@ def check_ddp(ctx: Context, r: Result) -> None:
     shm = _shm_bytes()
     r.facts["shm_bytes"] = shm
     if shm is not None and shm < SHM_MIN_BYTES:
-        r.facts["shm_warning"] = (f"/dev/shm is {shm // 2**20} MiB (< 1 GiB): NCCL and DataLoader workers may fail; "
-                                  "run with --shm-size=8g or --ipc=host")
+        r.facts["shm_warning"] = (
+            f"/dev/shm is {shm // 2**20} MiB (< 1 GiB): NCCL and DataLoader workers may fail; "
+            "run with --shm-size=8g or --ipc=host"
+        )
     gpu = ctx.use_gpu and torch.cuda.is_available()
     world = max(torch.cuda.device_count(), 1) if gpu else 2
     backend = "nccl" if gpu else "gloo"
@@ -370,15 +423,13 @@ def check_ddp(ctx: Context, r: Result) -> None:
     r.facts.update(world_size=world, backend=backend)
     if gpu and not torch.distributed.is_nccl_available():
         raise CheckFailed("torch was built without NCCL", "use an official CUDA build of torch")
-    if not gpu:
-        # DDP and deterministic mode both import TorchDynamo (seconds); once here, forked ranks
-        # and the later checks share it instead of each paying for it.
-        import torch._dynamo  # noqa: F401
-    mpc = _mp_context(gpu)
+    mpc = _ranks_context()
     queue = mpc.Queue()
     port = _free_port()
-    procs = [mpc.Process(target=_ddp_worker, args=(rank, world, port, backend, ctx.timeout, queue), daemon=True)
-             for rank in range(world)]
+    procs = [
+        mpc.Process(target=_ddp_worker, args=(rank, world, port, backend, ctx.timeout, queue), daemon=True)
+        for rank in range(world)
+    ]
     for p in procs:
         p.start()
     results: list[dict[str, Any]] = []
@@ -395,10 +446,16 @@ def check_ddp(ctx: Context, r: Result) -> None:
     errors = [f"rank {x['rank']}: {x['error']}" for x in results if "error" in x]
     if len(results) < world and not errors:
         dead = [f"rank {i} exit {p.exitcode}" for i, p in enumerate(procs) if p.exitcode not in (0, None)]
-        raise CheckFailed(f"DDP did not finish within {ctx.timeout + 30:.0f}s ({', '.join(dead) or 'collective hung'})",
-                          "a hung collective: check NCCL_DEBUG=INFO output, run with --ipc=host or --shm-size=8g")
+        raise CheckFailed(
+            f"DDP did not finish within {ctx.timeout + 30:.0f}s ({', '.join(dead) or 'collective hung'})",
+            "a hung collective: check NCCL_DEBUG=INFO output, run with --ipc=host or --shm-size=8g",
+        )
     if errors:
-        remedy = "run with --ipc=host or --shm-size=8g" if shm is not None and shm < SHM_MIN_BYTES else "set NCCL_DEBUG=INFO and rerun"
+        remedy = (
+            "run with --ipc=host or --shm-size=8g"
+            if shm is not None and shm < SHM_MIN_BYTES
+            else "set NCCL_DEBUG=INFO and rerun"
+        )
         raise CheckFailed("; ".join(errors), remedy)
     expected = world * (world + 1) / 2
     got = [x["all_reduce"] for x in results]
@@ -432,7 +489,9 @@ def check_amp(ctx: Context, r: Result) -> None:
             out = model(x)
             loss = out.float().square().mean()
         if out.dtype != dtype:
-            raise CheckFailed(f"{device} autocast ran Linear in {out.dtype}, expected {dtype}", "autocast is not active")
+            raise CheckFailed(
+                f"{device} autocast ran Linear in {out.dtype}, expected {dtype}", "autocast is not active"
+            )
         if not torch.isfinite(loss):
             raise CheckFailed(f"{device} {dtype} loss is not finite: {loss.item()}", "numerics are broken")
         if use_scaler:
@@ -444,9 +503,11 @@ def check_amp(ctx: Context, r: Result) -> None:
             loss.backward()
             _sgd_step(model.parameters(), 0.1)
         if torch.equal(before, model.weight.detach()):
-            raise CheckFailed(f"{device} {dtype}: the weights did not change after a step", "the optimizer step was skipped")
+            raise CheckFailed(
+                f"{device} {dtype}: the weights did not change after a step", "the optimizer step was skipped"
+            )
         scale = scaler.get_scale() if use_scaler else 1.0
-        if not (scale == scale and scale != float("inf")):
+        if not math.isfinite(scale):
             raise CheckFailed(f"GradScaler scale is {scale}", "fp16 overflow on every step")
         done.append(f"{device}/{str(dtype).replace('torch.', '')}")
     r.facts["steps"] = done
@@ -470,8 +531,15 @@ def check_dataloader(ctx: Context, r: Result) -> None:
 
     pin = ctx.use_gpu and torch.cuda.is_available()
     # Workers never touch CUDA, so fork is fine even after the GPU checks (PyTorch's default on Linux).
-    loader = DataLoader(_Squares(), batch_size=8, num_workers=2, pin_memory=pin, timeout=ctx.timeout,
-                        multiprocessing_context=_mp_context(False), persistent_workers=False)
+    loader = DataLoader(
+        _Squares(),
+        batch_size=8,
+        num_workers=2,
+        pin_memory=pin,
+        timeout=ctx.timeout,
+        multiprocessing_context=_mp_context(False),
+        persistent_workers=False,
+    )
     seen: list[int] = []
     try:
         for batch, idx in loader:
@@ -485,9 +553,13 @@ def check_dataloader(ctx: Context, r: Result) -> None:
         shm = _shm_bytes()
         r.facts["shm_bytes"] = shm
         if "shared memory" in text or "Bus error" in text or "killed by signal" in text:
-            raise CheckFailed(f"a DataLoader worker died: {text.splitlines()[0]}",
-                              f"/dev/shm is too small ({(shm or 0) // 2**20} MiB): run with --shm-size=8g or --ipc=host") from exc
-        raise CheckFailed(f"DataLoader failed: {text.splitlines()[0]}", "rerun with num_workers=0 to see the error") from exc
+            raise CheckFailed(
+                f"a DataLoader worker died: {text.splitlines()[0]}",
+                f"/dev/shm is too small ({(shm or 0) // 2**20} MiB): run with --shm-size=8g or --ipc=host",
+            ) from exc
+        raise CheckFailed(
+            f"DataLoader failed: {text.splitlines()[0]}", "rerun with num_workers=0 to see the error"
+        ) from exc
     r.facts.update(batches=len(seen) // 8, workers=2, pin_memory=pin)
     if sorted(seen) != list(range(64)):
         raise CheckFailed(f"{len(seen)} of 64 items delivered", "workers lost data")
@@ -508,15 +580,22 @@ def check_determinism(ctx: Context, r: Result) -> None:
             _sgd_step(model.parameters(), 1e-2)
         return torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
 
+    # On GPUs some kernels (atomics in cuDNN and scatter) are nondeterministic unless asked; CPU
+    # kernels used here are deterministic already, and the switch costs a TorchDynamo import.
+    strict = device == "cuda"
     previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
+    if strict:
+        torch.use_deterministic_algorithms(True)
     try:
         a, b = once(), once()
     finally:
-        torch.use_deterministic_algorithms(previous)
-    r.facts["device"] = device
+        if strict:
+            torch.use_deterministic_algorithms(previous)
+    r.facts.update(device=device, deterministic_algorithms=strict)
     if not torch.equal(a, b):
-        raise CheckFailed("two seeded runs differ", "a nondeterministic kernel ran despite use_deterministic_algorithms")
+        raise CheckFailed(
+            "two seeded runs differ", "a nondeterministic kernel ran despite use_deterministic_algorithms"
+        )
 
 
 CHECKS: list[tuple[str, Callable[[Context, Result], None]]] = [
@@ -569,8 +648,23 @@ def run(ctx: Context, only: list[str] | None = None) -> dict[str, Any]:
 def table(report: dict[str, Any]) -> str:
     lines = [f"{'check':<12} {'result':<6} {'seconds':>7}  detail"]
     for c in report["checks"]:
-        detail = c["reason"] or ", ".join(f"{k}={v}" for k, v in c["facts"].items() if k in {
-            "torch", "numpy", "device_count", "version", "world_size", "backend", "steps", "batches", "driver", "device"})
+        detail = c["reason"] or ", ".join(
+            f"{k}={v}"
+            for k, v in c["facts"].items()
+            if k
+            in {
+                "torch",
+                "numpy",
+                "device_count",
+                "version",
+                "world_size",
+                "backend",
+                "steps",
+                "batches",
+                "driver",
+                "device",
+            }
+        )
         lines.append(f"{c['name']:<12} {c['status'].upper():<6} {c['seconds']:>7.2f}  {detail}")
         if c["status"] == "fail" and c["remedy"]:
             lines.append(f"{'':<12} {'fix':<6} {'':>7}  {c['remedy']}")

@@ -1,0 +1,101 @@
+"""The Docker engine, through the Docker SDK for Python (docker-py).
+
+Everything that talks to the engine goes through here, so errors come out as
+envbuild errors that say where envbuild looked and what to do about it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from envbuild.errors import BaseImageError, EngineUnavailable, ImageMissing
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+
+
+def engine_url() -> tuple[str, str]:
+    """(URL, where it came from): DOCKER_HOST, else the current docker context, else the socket."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"], "DOCKER_HOST"
+    try:
+        from docker.context import ContextAPI
+
+        ctx = ContextAPI.get_current_context()
+        if ctx is not None and ctx.Host and ctx.name != "default":
+            return str(ctx.Host), f"docker context {ctx.name!r}"
+    except Exception:  # noqa: S110 - a broken context config falls back to the default socket
+        pass
+    return DEFAULT_SOCKET, "the default socket"
+
+
+def client(timeout: int = 600) -> Any:
+    """A connected docker-py client, or EngineUnavailable saying where it looked."""
+    import docker
+    import requests
+
+    url, origin = engine_url()
+    try:
+        cli = docker.DockerClient(base_url=url, timeout=timeout, use_ssh_client=url.startswith("ssh://"))
+        cli.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        reason = str(exc).splitlines()[0][:300]
+        raise EngineUnavailable(
+            f"cannot reach the Docker engine at {url} (from {origin}): {reason}",
+            hint="start it (`sudo systemctl start docker`, or `make engine` on a Debian machine) "
+            "or point DOCKER_HOST at a running engine (tcp://HOST:2376, ssh://USER@HOST)",
+        ) from exc
+    return cli
+
+
+def server_version(cli: Any) -> dict[str, Any]:
+    return dict(cli.version())
+
+
+def ensure_image(cli: Any, ref: str, *, pull: bool = False, events: Any = None) -> str:
+    """The image ID of `ref`, pulling it when missing (or when asked); BaseImageError otherwise."""
+    import docker
+
+    if not pull:
+        try:
+            return str(cli.images.get(ref).id)
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError as exc:
+            raise BaseImageError(f"cannot inspect base image {ref}: {exc.explanation or exc}") from exc
+    repo, tag = _split(ref)
+    try:
+        for chunk in cli.api.pull(repo, tag=tag, stream=True, decode=True):
+            if events and "status" in chunk:
+                events("pull", chunk.get("id", ""), f"{chunk['status']} {chunk.get('progress', '')}".strip())
+            if "error" in chunk:
+                raise docker.errors.APIError(chunk["error"])
+        return str(cli.images.get(ref).id)
+    except (docker.errors.APIError, docker.errors.ImageNotFound) as exc:
+        answer = getattr(exc, "explanation", None) or str(exc)
+        raise BaseImageError(
+            f"base image {ref} is not present and could not be pulled: {str(answer).splitlines()[0][:300]}",
+            hint=f"pull it where the registry is reachable (docker pull {ref}) or pass --base IMAGE",
+        ) from exc
+
+
+def _split(ref: str) -> tuple[str, str | None]:
+    """docker-py's pull wants repository and tag/digest apart."""
+    if "@" in ref:
+        repo, digest = ref.split("@", 1)
+        return repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo, digest
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo, tag = ref.rsplit(":", 1)
+        return repo, tag
+    return ref, "latest"
+
+
+def labels_of(cli: Any, ref: str) -> dict[str, str]:
+    import docker
+
+    try:
+        image = cli.images.get(ref)
+    except docker.errors.ImageNotFound as exc:
+        raise ImageMissing(f"no image {ref} in the engine", hint="build it first: envbuild build NAME") from exc
+    return dict(image.labels or {})

@@ -1,0 +1,161 @@
+"""The host side of the smoke test: run it in a container (docker-py) or in an interpreter."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from envbuild.errors import SmokeError
+from envbuild.fsutil import atomic_write_many
+
+SHM_SIZE = "2g"
+
+
+def host_has_gpu(accelerator: str) -> bool:
+    if accelerator == "rocm":
+        return Path("/dev/kfd").exists()
+    return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
+
+
+def _gpu_kwargs(accelerator: str, gpus: str) -> dict[str, Any]:
+    if gpus == "none" or accelerator == "cpu":
+        return {}
+    if accelerator == "rocm":
+        return {
+            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+            "group_add": ["video"],
+            "security_opt": ["seccomp=unconfined"],
+        }
+    import docker
+
+    count = -1 if gpus in {"all", "auto"} else int(gpus)
+    return {"device_requests": [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]}
+
+
+def run_in_image(
+    cli: Any,
+    image: str,
+    *,
+    gpus: str = "auto",
+    timeout: float = 600.0,
+    accelerator: str = "cpu",
+    shm_size: str | None = SHM_SIZE,
+    ipc_host: bool = False,
+    check_timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Run envbuild-smoke in a fresh container; the container is always removed."""
+    import docker
+    import requests
+
+    command = ["envbuild-smoke", "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
+    kwargs: dict[str, Any] = {"detach": True, **_gpu_kwargs(accelerator, gpus)}
+    if ipc_host:
+        kwargs["ipc_mode"] = "host"
+    elif shm_size:
+        kwargs["shm_size"] = shm_size
+    try:
+        container = cli.containers.run(image, command, **kwargs)
+    except docker.errors.ImageNotFound as exc:
+        raise SmokeError(f"no image {image}", hint="build it first: envbuild build NAME") from exc
+    except docker.errors.APIError as exc:
+        raise SmokeError(
+            f"the smoke container did not start: {exc.explanation or exc}",
+            hint="for GPUs install the NVIDIA container toolkit, or pass --gpus none",
+        ) from exc
+    try:
+        try:
+            status = container.wait(timeout=timeout)
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+            container.kill()
+            raise SmokeError(
+                f"the smoke test did not finish within {timeout:.0f}s and was stopped",
+                hint="raise --timeout, or look for a hung collective (NCCL_DEBUG=INFO)",
+            ) from exc
+        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+    code = int(status.get("StatusCode", 1))
+    try:
+        report: dict[str, Any] = json.loads(out)
+    except ValueError as exc:
+        if code in (126, 127):
+            raise SmokeError(
+                f"{image} has no envbuild-smoke (exit {code})", hint="only envbuild images carry the smoke test"
+            ) from exc
+        raise SmokeError(f"the smoke test crashed (exit {code}) before its report:\n{err[-2000:]}") from exc
+    report["exit_code"] = code
+    report["image"] = image
+    return report
+
+
+def run_local(
+    expect: dict[str, Any],
+    *,
+    python: str | None = None,
+    gpus: str = "auto",
+    timeout: float = 120.0,
+    lock_match: str = "pins",
+    wall_timeout: float = 1800.0,
+) -> dict[str, Any]:
+    """The same checks in an interpreter on this machine (GPU hosts, lockfile-only CI jobs)."""
+    inside = Path(__file__).with_name("inside.py")
+    with tempfile.TemporaryDirectory(prefix="envbuild-smoke-") as tmp:
+        expect_path = Path(tmp) / "expect.json"
+        expect_path.write_text(json.dumps(expect))
+        cmd = [
+            python or sys.executable,
+            str(inside),
+            "--expect",
+            str(expect_path),
+            "--json",
+            "-",
+            "--gpus",
+            gpus,
+            "--timeout",
+            str(timeout),
+            "--lock-match",
+            lock_match,
+        ]
+        try:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=wall_timeout,
+                check=False,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise SmokeError(f"the smoke test did not finish within {wall_timeout:.0f}s") from exc
+        except OSError as exc:
+            raise SmokeError(f"cannot run {cmd[0]}: {exc}") from exc
+    try:
+        report: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError as exc:
+        raise SmokeError(
+            f"the smoke test crashed (exit {proc.returncode}):\n{proc.stderr[-2000:]}",
+            hint="does that interpreter have torch and numpy?",
+        ) from exc
+    report["exit_code"] = proc.returncode
+    return report
+
+
+def save_report(path: Path, report: dict[str, Any]) -> None:
+    atomic_write_many({path: json.dumps(report, indent=2, sort_keys=True) + "\n"})
+
+
+def summary(report: dict[str, Any]) -> str:
+    lines = []
+    for c in report["checks"]:
+        if c["status"] == "fail":
+            lines.append(f"  {c['name']}: {c['reason']}" + (f"\n    fix: {c['remedy']}" if c["remedy"] else ""))
+    return "\n".join(lines)
