@@ -61,7 +61,7 @@ class BuildResult:
     log_path: str
     seconds: float
     steps: int = 0
-    cached_steps: int = 0
+    ran_steps: int = 0
     smoke: dict[str, Any] | None = None
     context: str = ""
     built_image_id: str = ""
@@ -304,7 +304,7 @@ class _Log:
         self.tail: list[str] = []
         self.step = ""
         self.steps = 0
-        self.cached = 0
+        self.ran = 0  # steps that executed a container ("Running in"), i.e. were not cached
 
     def line(self, text: str) -> None:
         self.fh.write(text + "\n")
@@ -355,8 +355,8 @@ def _sdk_build(
                     log.step = text
                     log.steps = int(m.group(2))
                     say("step", f"{m.group(1)}/{m.group(2)}", m.group(3)[:120])
-                elif text.strip() == "---> Using cache":
-                    log.cached += 1
+                elif text.strip().startswith("---> Running in "):
+                    log.ran += 1
         elif "status" in chunk:
             log.line(f"{chunk.get('id', '')} {chunk['status']} {chunk.get('progress', '')}".strip())
             say("pull", chunk.get("id", ""), chunk["status"])
@@ -421,8 +421,8 @@ def _buildkit_build(
                 log.step = text
                 log.steps = max(log.steps, int(m.group(2)))
                 say("step", f"{m.group(1)}/{m.group(2)}", m.group(3)[:120])
-            elif text.endswith(" CACHED"):
-                log.cached += 1
+            elif re.match(r"^#\d+ \[.*\] (RUN|COPY|ADD) ", text) and not text.endswith(" CACHED"):
+                log.ran += 1
         rc = proc.wait()
     if rc != 0 or not iid.exists():
         raise _build_error(prof, f"BuildKit exited with {rc}", log)
@@ -511,7 +511,7 @@ def build(project: Project, prof: Profile, opts: BuildOptions, events: Events | 
         log_path=str(log.path),
         seconds=time.monotonic() - t0,
         steps=log.steps,
-        cached_steps=log.cached,
+        ran_steps=log.ran,
         smoke=report,
         context=str(ctx),
         built_image_id=built,

@@ -682,6 +682,21 @@ def run(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug in envbuild: say so plainly, keep the traceback for those who ask
+        import os
+        import traceback
+
+        from envbuild import output
+
+        sys.stdout.flush()
+        output.err().print(f"internal error: {type(exc).__name__}: {exc}", markup=False)
+        if os.environ.get("ENVBUILD_DEBUG"):
+            output.err().print(traceback.format_exc(), markup=False)
+        else:
+            output.err().print(
+                "  this is a bug in envbuild; rerun with ENVBUILD_DEBUG=1 for details and report it", markup=False
+            )
+        return 70
     return result if isinstance(result, int) else 0
 
 

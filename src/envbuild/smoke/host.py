@@ -61,9 +61,10 @@ def run_in_image(
     elif shm_size:
         kwargs["shm_size"] = shm_size
     try:
+        cli.images.get(image)  # never let `run` fall back to pulling from a registry
         container = cli.containers.run(image, command, **kwargs)
     except docker.errors.ImageNotFound as exc:
-        raise SmokeError(f"no image {image}", hint="build it first: envbuild build NAME") from exc
+        raise SmokeError(f"no image {image} in the engine", hint="build it (envbuild build NAME) or pull it") from exc
     except docker.errors.APIError as exc:
         raise SmokeError(
             f"the smoke container did not start: {exc.explanation or exc}",

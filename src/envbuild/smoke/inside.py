@@ -376,6 +376,9 @@ def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, 
         device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
             torch.cuda.set_device(rank)
+        else:
+            # Every rank is on this host: keep gloo on loopback instead of the hostname's interface.
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group(
             backend,
             init_method=f"tcp://127.0.0.1:{port}",
@@ -399,8 +402,10 @@ def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, 
         gathered = [torch.zeros_like(flat) for _ in range(world)]
         dist.all_gather(gathered, flat)
         identical = all(torch.equal(gathered[0], g) for g in gathered[1:])
-        dist.destroy_process_group()
+        # Report before tearing down: rank 0's teardown was seen to hang once after every
+        # collective had finished; the parent reaps any rank that lingers.
         queue.put({"rank": rank, "all_reduce": total, "identical": identical})
+        dist.destroy_process_group()
     except BaseException as exc:  # report everything: the parent decides
         queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]})
 
@@ -440,9 +445,10 @@ def check_ddp(ctx: Context, r: Result) -> None:
         if all(not p.is_alive() for p in procs) and queue.empty() and len(results) < world:
             break
     for p in procs:
-        p.join(timeout=5)
+        p.join(timeout=10)
         if p.is_alive():
             p.kill()
+            r.facts.setdefault("killed_after_report", []).append(p.name)
     errors = [f"rank {x['rank']}: {x['error']}" for x in results if "error" in x]
     if len(results) < world and not errors:
         dead = [f"rank {i} exit {p.exitcode}" for i, p in enumerate(procs) if p.exitcode not in (0, None)]
@@ -552,7 +558,14 @@ def check_dataloader(ctx: Context, r: Result) -> None:
         text = str(exc)
         shm = _shm_bytes()
         r.facts["shm_bytes"] = shm
-        if "shared memory" in text or "Bus error" in text or "killed by signal" in text:
+        shm_markers = (
+            "shared memory",
+            "Bus error",
+            "killed by signal",
+            "No space left on device",
+            "unable to write to file",
+        )
+        if any(marker in text for marker in shm_markers):
             raise CheckFailed(
                 f"a DataLoader worker died: {text.splitlines()[0]}",
                 f"/dev/shm is too small ({(shm or 0) // 2**20} MiB): run with --shm-size=8g or --ipc=host",

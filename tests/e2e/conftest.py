@@ -1,0 +1,98 @@
+"""Fixtures that start and use real services: the Docker engine, a built CPU image, a venv."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import REPO
+
+BASE = os.environ.get("ENVBUILD_TEST_BASE", "envbuild-test/debian:bookworm")
+WHEELS = os.environ.get("PIP_FIND_LINKS", "/opt/wheels")
+CA = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def envbuild(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 1800
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "envbuild", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Any:
+    from envbuild import engine
+    from envbuild.errors import EngineUnavailable
+
+    try:
+        cli = engine.client()
+    except EngineUnavailable as exc:
+        pytest.fail(f"the e2e suite needs a Docker engine: {exc} (run `make engine`)")
+    try:
+        cli.images.get(BASE)
+    except Exception:
+        pytest.fail(f"the e2e suite needs the base image {BASE} (run `make engine`)")
+    return cli
+
+
+@pytest.fixture(scope="session")
+def repo_name() -> str:
+    return f"envbuild-e2e-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def e2e_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("e2e") / "proj"
+    shutil.copytree(REPO / "profiles", root / "profiles")
+    shutil.copytree(REPO / "lockfiles", root / "lockfiles")
+    return root
+
+
+@pytest.fixture(scope="session")
+def built_cpu(docker_client: Any, e2e_project: Path, repo_name: str) -> Iterator[dict[str, Any]]:
+    """cpu-py311 built for real: debootstrapped bookworm, torch 2.13.0+cpu, the host CA bundle."""
+    res = envbuild(
+        "build",
+        "cpu-py311",
+        "--base",
+        BASE,
+        "--find-links",
+        WHEELS,
+        "--ca-bundle",
+        CA,
+        "--tag",
+        repo_name,
+        "--json",
+        cwd=e2e_project,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    result = json.loads(res.stdout)
+    yield result
+    for image in docker_client.images.list(name=repo_name):
+        for tag in image.tags:
+            docker_client.images.remove(tag, force=True)
+
+
+@pytest.fixture(scope="session")
+def cpu_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv made by `envbuild venv` from the committed CPU lockfile (real torch)."""
+    target = tmp_path_factory.mktemp("venv") / "cpu"
+    res = envbuild("venv", "cpu-py311", str(target), "--find-links", WHEELS, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    return target

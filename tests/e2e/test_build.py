@@ -1,0 +1,179 @@
+"""`envbuild build` against the real engine, asserted from the engine itself."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import shutil
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild import lockfile
+
+from .conftest import BASE, CA, WHEELS, envbuild
+
+pytestmark = pytest.mark.e2e
+
+
+def _run(cli: Any, image: str, *cmd: str) -> str:
+    return cli.containers.run(image, list(cmd), remove=True).decode()
+
+
+def test_labels_and_both_tags(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
+    lock_path = e2e_project / "lockfiles" / "cpu-py311" / "requirements.lock"
+    lock_sha = hashlib.sha256(lock_path.read_bytes()).hexdigest()
+    moving = docker_client.images.get(f"{repo_name}:cpu-py311")
+    immutable = docker_client.images.get(f"{repo_name}:cpu-py311-{lock_sha[:12]}")
+    assert moving.id == immutable.id == built_cpu["image_id"]
+    labels = moving.labels
+    assert labels["io.envbuild.lock-sha256"] == lock_sha
+    assert labels["io.envbuild.profile"] == "cpu-py311"
+    assert (labels["io.envbuild.python"], labels["io.envbuild.torch"], labels["io.envbuild.numpy"]) == (
+        "3.11",
+        "2.13.0",
+        "2.1.3",
+    )
+    assert labels["io.envbuild.accelerator"] == "cpu"
+    assert len(labels["io.envbuild.profile-digest"]) == 64
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", labels["org.opencontainers.image.created"])
+    for key in ("version", "revision", "source", "title"):
+        assert labels[f"org.opencontainers.image.{key}"]
+    assert labels["io.envbuild.smoke"] == "passed"
+    assert labels["io.envbuild.smoke.tested-image"] == built_cpu["built_image_id"]
+
+
+def test_default_user_is_not_root(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    image = docker_client.images.get(built_cpu["image_id"])
+    assert image.attrs["Config"]["User"] == "1000:1000"
+    assert _run(docker_client, built_cpu["image_id"], "id", "-u").strip() == "1000"
+    assert image.attrs["Config"]["WorkingDir"] == "/workspace"
+
+
+def test_pip_freeze_equals_the_lockfile(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path) -> None:
+    pins = lockfile.parse_requirements((e2e_project / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
+    frozen = _run(docker_client, built_cpu["image_id"], "python", "-m", "pip", "freeze", "--all")
+    installed = {}
+    for line in frozen.splitlines():
+        name, _, version = line.partition("==")
+        installed[lockfile.canonical(name)] = version
+    installed.pop("pip")  # the venv's own installer, not part of the environment
+    assert installed == {p.name: p.version for p in pins.values()}
+
+
+def _layer_members(cli: Any, image_id: str) -> list[tuple[str, bytes | None]]:
+    blob = b"".join(cli.images.get(image_id).save(named=False))
+    outer = tarfile.open(fileobj=io.BytesIO(blob))
+    found = []
+    for member in outer.getmembers():
+        if not member.name.endswith("layer.tar"):
+            continue
+        layer = tarfile.open(fileobj=outer.extractfile(member))
+        for inner in layer.getmembers():
+            data = None
+            if inner.isfile() and inner.size < 2_000_000 and inner.name.endswith((".crt", ".pem")):
+                data = layer.extractfile(inner).read()  # type: ignore[union-attr]
+            found.append((inner.name, data))
+    return found
+
+
+def _host_only_certs(cli: Any, image_id: str) -> list[bytes]:
+    """Certificates in the host bundle that the image's own CA store does not have (the proxy's)."""
+    host = re.findall(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", Path(CA).read_bytes(), re.S)
+    image_store = cli.containers.run(image_id, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True)
+    return [c for c in host if c not in image_store]
+
+
+def test_no_ca_bundle_pip_cache_or_wheels_in_any_layer(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    members = _layer_members(docker_client, built_cpu["image_id"])
+    names = [n for n, _ in members]
+    assert len(names) > 1000  # the layers really were read
+    assert not [n for n in names if n.endswith("ca-bundle.crt") or "tmp/envbuild" in n]
+    assert not [n for n in names if n.endswith(".whl")]
+    assert not [n for n in names if "/.cache/pip" in n or n.startswith("root/.cache")]
+    secret_certs = _host_only_certs(docker_client, built_cpu["image_id"])
+    for name, data in members:
+        if data:
+            assert not any(c in data for c in secret_certs), f"the host's CA certificate is in {name}"
+    history = json.dumps(docker_client.images.get(built_cpu["image_id"]).history())
+    assert "ca-bundle" not in history.replace("/tmp/envbuild/certs/ca-bundle.crt", "") or "COPY certs" not in history
+
+
+def test_unchanged_rebuild_is_fully_cached(built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
+    res = envbuild(
+        "build",
+        "cpu-py311",
+        "--base",
+        BASE,
+        "--find-links",
+        WHEELS,
+        "--ca-bundle",
+        CA,
+        "--tag",
+        repo_name,
+        "--json",
+        "--no-smoke",
+        cwd=e2e_project,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    again = json.loads(res.stdout)
+    assert again["steps"] > 20
+    assert again["ran_steps"] == 0
+    assert again["built_image_id"] == built_cpu["built_image_id"]
+
+
+def test_tampered_hash_fails_naming_the_package_and_moves_no_tag(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    proj = tmp_path / "tampered"
+    shutil.copytree(e2e_project / "profiles", proj / "profiles")
+    shutil.copytree(e2e_project / "lockfiles", proj / "lockfiles")
+    lock_path = proj / "lockfiles" / "cpu-py311" / "requirements.lock"
+    text = lock_path.read_text()
+    head, numpy_block, rest = re.split(r"(?m)^(numpy==.*?)(?=^\S)", text, maxsplit=1, flags=re.S)
+    numpy_block = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, numpy_block)
+    lock_path.write_text(head + numpy_block + rest)
+    before = docker_client.images.get(f"{repo_name}:cpu-py311").id
+    res = envbuild(
+        "build", "cpu-py311", "--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", repo_name, cwd=proj
+    )
+    assert res.returncode == 7, res.stderr[-3000:]
+    assert "hash mismatch for numpy==2.1.3" in res.stderr
+    assert "step:" in res.stderr and "full log:" in res.stderr
+    assert docker_client.images.get(f"{repo_name}:cpu-py311").id == before
+
+
+def test_engine_unreachable(e2e_project: Path) -> None:
+    res = envbuild(
+        "build",
+        "cpu-py311",
+        "--find-links",
+        WHEELS,
+        cwd=e2e_project,
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
+    assert res.returncode == 5
+    assert "cannot reach the Docker engine at unix:///nonexistent/docker.sock (from DOCKER_HOST)" in res.stderr
+    assert "DOCKER_HOST" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_missing_base_image(docker_client: Any, e2e_project: Path) -> None:
+    res = envbuild(
+        "build", "cpu-py311", "--base", "envbuild-test/no-such-base:1", "--find-links", WHEELS, cwd=e2e_project
+    )
+    assert res.returncode == 6
+    assert "base image envbuild-test/no-such-base:1 is not present and could not be pulled" in res.stderr
+
+
+def test_stale_lock_stops_the_build_with_the_lock_command(e2e_project: Path, tmp_path: Path) -> None:
+    proj = tmp_path / "stale"
+    shutil.copytree(e2e_project / "profiles", proj / "profiles")
+    prof = proj / "profiles" / "cpu-py311.yaml"
+    prof.write_text(prof.read_text().replace('"2.1.3"', '"2.1.2"'))
+    shutil.copytree(e2e_project / "lockfiles", proj / "lockfiles")
+    res = envbuild("build", "cpu-py311", cwd=proj)
+    assert res.returncode == 2 and "run `envbuild lock cpu-py311`" in res.stderr

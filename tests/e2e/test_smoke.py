@@ -1,0 +1,119 @@
+"""The smoke test in real containers and in a real venv, passing and failing for real reasons."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild.smoke import host
+
+from ..conftest import REPO
+from .conftest import envbuild
+
+pytestmark = pytest.mark.e2e
+
+
+def _check(report: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in report["checks"] if c["name"] == name)
+
+
+def test_cpu_image_passes_every_required_check(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    report = host.run_in_image(docker_client, built_cpu["image_id"], gpus="none", accelerator="cpu")
+    assert report["passed"] and report["exit_code"] == 0, host.summary(report)
+    assert report["report_version"] == 1
+    ddp = _check(report, "ddp")
+    assert ddp["status"] == "pass" and ddp["facts"]["backend"] == "gloo" and ddp["facts"]["world_size"] == 2
+    assert ddp["facts"]["all_reduce"] == 3.0
+    assert _check(report, "amp")["facts"]["steps"] == ["cpu/bfloat16"]
+    assert _check(report, "dataloader")["facts"]["batches"] == 8
+    assert _check(report, "gpu")["status"] == "skip" and "CPU profile" in _check(report, "gpu")["reason"]
+    assert _check(report, "versions")["facts"]["torch"] == "2.13.0+cpu"
+
+
+def test_numpy_that_differs_from_the_lockfile_fails_versions(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    dockerfile = (
+        f"FROM {built_cpu['image_id']}\nUSER root\n"
+        "RUN sed -i 's/^Version: 2.1.3$/Version: 2.1.2/' /opt/venv/lib/python3.11/site-packages/numpy-2.1.3.dist-info/METADATA\n"
+        "USER 1000:1000\n"
+    )
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    try:
+        report = host.run_in_image(docker_client, image.id, gpus="none", accelerator="cpu")
+    finally:
+        docker_client.images.remove(image.id, force=True, noprune=True)
+    versions = _check(report, "versions")
+    assert not report["passed"] and report["exit_code"] == 1
+    assert versions["status"] == "fail"
+    assert "numpy 2.1.2 (lock: 2.1.3)" in versions["reason"]
+    assert "envbuild lock NAME && envbuild build NAME" in versions["remedy"]
+
+
+def test_tiny_dev_shm_is_reported_with_the_remedy(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    report = host.run_in_image(docker_client, built_cpu["image_id"], gpus="none", accelerator="cpu", shm_size="1m")
+    loader = _check(report, "dataloader")
+    assert loader["status"] == "fail"
+    assert "--shm-size" in loader["remedy"] and "/dev/shm is too small (1 MiB)" in loader["remedy"]
+    assert "--shm-size=8g or --ipc=host" in _check(report, "ddp")["facts"]["shm_warning"]
+
+
+def test_gpu_request_on_a_host_without_gpus(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path) -> None:
+    # An image labelled as a CUDA build makes envbuild request GPUs from the engine (device_requests);
+    # this engine has no NVIDIA runtime, and the user must hear that and what to do.
+    dockerfile = f'FROM {built_cpu["image_id"]}\nLABEL io.envbuild.accelerator="cuda"\n'
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    try:
+        res = envbuild("smoke", image.id, "--gpus", "all", cwd=e2e_project)
+    finally:
+        docker_client.images.remove(image.id, force=True, noprune=True)
+    assert res.returncode == 8, res.stdout + res.stderr
+    assert "the smoke container did not start" in res.stderr and "NVIDIA container toolkit" in res.stderr
+
+
+def test_local_mode_passes_on_the_cpu_venv(cpu_venv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    res = envbuild(
+        "smoke",
+        "--local",
+        "cpu-py311",
+        "--python",
+        str(cpu_venv / "bin" / "python"),
+        "--lock-match",
+        "exact",
+        "--json",
+        str(out),
+        cwd=REPO,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    assert report["passed"] and _check(report, "ddp")["status"] == "pass"
+
+
+def test_gpu_profile_without_a_gpu_fails_the_gpu_checks(cpu_venv: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    res = envbuild(
+        "smoke", "--local", "cu121-py311", "--python", str(cpu_venv / "bin" / "python"), "--json", str(out), cwd=REPO
+    )
+    assert res.returncode == 1
+    report = json.loads(out.read_text())
+    gpu = _check(report, "gpu")
+    assert gpu["status"] == "fail" and gpu["reason"] == "no GPU visible: torch.cuda.is_available() is False"
+    assert "--gpus all" in gpu["remedy"]
+    assert _check(report, "versions")["status"] == "fail"  # a CPU torch where CUDA 12.1 is expected
+    res = envbuild(
+        "smoke",
+        "--local",
+        "cu121-py311",
+        "--python",
+        str(cpu_venv / "bin" / "python"),
+        "--gpus",
+        "none",
+        "--json",
+        str(out),
+        cwd=REPO,
+    )
+    report = json.loads(out.read_text())
+    assert _check(report, "gpu")["status"] == "skip" and "--gpus none" in _check(report, "gpu")["reason"]
