@@ -578,9 +578,8 @@ def build(
     if result.smoke:
         _print_smoke(result.smoke)
     con = output.out()
-    con.print(
-        f"built {result.image_id[:19]} in {result.seconds:.1f}s ({result.cached_steps} of {result.steps} steps cached)"
-    )
+    ran = f"{result.ran_steps} of {result.steps} steps ran" if result.ran_steps else "every step from cache"
+    con.print(f"built {result.image_id[:19]} in {result.seconds:.1f}s ({ran})")
     for t in result.tags:
         con.print(f"  tagged {t}")
     con.print(f"  log: {proj.rel(Path(result.log_path))}")

@@ -67,17 +67,17 @@ def test_pip_freeze_equals_the_lockfile(docker_client: Any, built_cpu: dict[str,
 
 def _layer_members(cli: Any, image_id: str) -> list[tuple[str, bytes | None]]:
     blob = b"".join(cli.images.get(image_id).save(named=False))
-    outer = tarfile.open(fileobj=io.BytesIO(blob))
     found = []
-    for member in outer.getmembers():
-        if not member.name.endswith("layer.tar"):
-            continue
-        layer = tarfile.open(fileobj=outer.extractfile(member))
-        for inner in layer.getmembers():
-            data = None
-            if inner.isfile() and inner.size < 2_000_000 and inner.name.endswith((".crt", ".pem")):
-                data = layer.extractfile(inner).read()  # type: ignore[union-attr]
-            found.append((inner.name, data))
+    with tarfile.open(fileobj=io.BytesIO(blob)) as outer:
+        for member in outer.getmembers():
+            if not member.name.endswith("layer.tar"):
+                continue
+            with tarfile.open(fileobj=outer.extractfile(member)) as layer:
+                for inner in layer.getmembers():
+                    data = None
+                    if inner.isfile() and inner.size < 2_000_000 and inner.name.endswith((".crt", ".pem")):
+                        data = layer.extractfile(inner).read()  # type: ignore[union-attr]
+                    found.append((inner.name, data))
     return found
 
 

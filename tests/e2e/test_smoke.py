@@ -37,7 +37,8 @@ def test_cpu_image_passes_every_required_check(docker_client: Any, built_cpu: di
 def test_numpy_that_differs_from_the_lockfile_fails_versions(docker_client: Any, built_cpu: dict[str, Any]) -> None:
     dockerfile = (
         f"FROM {built_cpu['image_id']}\nUSER root\n"
-        "RUN sed -i 's/^Version: 2.1.3$/Version: 2.1.2/' /opt/venv/lib/python3.11/site-packages/numpy-2.1.3.dist-info/METADATA\n"
+        "RUN sed -i 's/^Version: 2.1.3$/Version: 2.1.2/' "
+        "/opt/venv/lib/python3.11/site-packages/numpy-2.1.3.dist-info/METADATA\n"
         "USER 1000:1000\n"
     )
     image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
