@@ -542,6 +542,9 @@ def build(
     ] = False,
     gpus: Annotated[str, typer.Option(help="Smoke test GPUs: auto, all, none or a count.")] = "auto",
     builder: Annotated[str, typer.Option(help="docker (the SDK) or buildkit.")] = "docker",
+    context_only: Annotated[
+        bool, typer.Option("--context-only", help="Only assemble the build context (for bake).")
+    ] = False,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -652,6 +655,218 @@ def smoke(
     _print_smoke(report)
     if not report["passed"]:
         raise SmokeFailed(f"smoke failed: {', '.join(report['failed'])}")
+
+
+# ---- publishing and using images -----------------------------------------------------------------
+
+
+def _load(proj: Any, name: str) -> Any:
+    from envbuild import profile
+
+    path = proj.profile_path(name)
+    return profile.load_valid(path, proj.rel(path))
+
+
+@app.command()
+def push(
+    name: str,
+    tag: Annotated[str | None, typer.Option("--tag", help="Local image repository (as build --tag named it).")] = None,
+    registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to push to.")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Push a smoke-tested image as REGISTRY/PATH:NAME and :NAME-<lock digest>."""
+    from envbuild import output, publish
+
+    proj = _project(project)
+    res = publish.push(proj, _load(proj, name), repo=tag, registry=registry, events=_step_printer(as_json))
+    if as_json:
+        output.emit_json({"image_id": res.image_id, "refs": res.refs, "digest": res.digest})
+        return
+    con = output.out()
+    for ref in res.refs:
+        con.print(f"pushed {ref}")
+    con.print(f"manifest digest: {res.digest}")
+
+
+@app.command()
+def pull(
+    name: str,
+    registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to pull from.")] = None,
+    digest: Annotated[str | None, typer.Option(help="Pull by digest (sha256:...) instead of the moving tag.")] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Fail when the image differs from the local lockfile.")
+    ] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pull a profile's published image and compare it with the local profile and lockfile."""
+    from envbuild import output, publish
+
+    proj = _project(project)
+    res = publish.pull(
+        proj, _load(proj, name), registry=registry, digest=digest, verify=verify, events=_step_printer(as_json)
+    )
+    ns = "io.envbuild"
+    facts = {
+        "ref": res.ref,
+        "image_id": res.image_id,
+        "digest": res.digest,
+        "torch": res.labels.get(f"{ns}.torch"),
+        "cuda": res.labels.get(f"{ns}.cuda"),
+        "rocm": res.labels.get(f"{ns}.rocm"),
+        "python": res.labels.get(f"{ns}.python"),
+        "created": res.labels.get("org.opencontainers.image.created"),
+        "smoke": res.labels.get(f"{ns}.smoke", "not tested"),
+        "mismatches": res.mismatches,
+    }
+    if as_json:
+        output.emit_json(facts)
+        return
+    con = output.out()
+    con.print(f"pulled {res.ref} ({res.digest})")
+    con.print(
+        f"  torch {facts['torch']}, "
+        + (f"CUDA {facts['cuda']}, " if facts["cuda"] else "")
+        + (f"ROCm {facts['rocm']}, " if facts["rocm"] else "")
+        + f"Python {facts['python']}, "
+        f"created {facts['created']}, smoke {facts['smoke']}"
+    )
+    for m in res.mismatches:
+        output.err().print(f"warning: {m} (use --verify to make this an error)", markup=False)
+
+
+@app.command("matrix")
+def matrix_(
+    fmt: Annotated[str, typer.Option("--format", help="github, json or bake.")] = "github",
+    tag: Annotated[str | None, typer.Option("--tag", help="Image repository for bake targets.")] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """The shipped profiles as a CI matrix (GitHub Actions, JSON) or a docker-bake.json."""
+    from envbuild import ci, output
+    from envbuild.errors import UsageError
+
+    proj = _project(project)
+    if fmt == "github":
+        sys.stdout.write(__import__("json").dumps(ci.github_matrix(proj), separators=(",", ":")) + "\n")
+    elif fmt == "json":
+        output.emit_json(ci.matrix(proj))
+    elif fmt == "bake":
+        output.emit_json(ci.bake(proj, tag or proj.config.repository))
+    else:
+        raise UsageError(f"--format {fmt}: unknown", hint="use github, json or bake")
+
+
+ci_app = typer.Typer(help="Generate CI configuration.", no_args_is_help=True)
+app.add_typer(ci_app, name="ci")
+
+
+@ci_app.command("github")
+def ci_github(
+    output_file: Annotated[Path | None, typer.Option("--output", "-o", help="Write the workflow here.")] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 if the file differs from what would be generated.")
+    ] = False,
+    registry: Annotated[str, typer.Option(help="Where main pushes images.")] = "ghcr.io/${{ github.repository }}",
+    project: ProjectOpt = None,
+) -> None:
+    """A GitHub Actions workflow: lock check, matrix build + smoke, push on main."""
+    from envbuild import ci, output
+    from envbuild.errors import LockCheckFailed, StaleLock, UsageError
+    from envbuild.fsutil import atomic_write_many
+
+    proj = _project(project)
+    text = ci.github_workflow(proj, registry)
+    if check:
+        if output_file is None:
+            raise UsageError("--check needs -o FILE")
+        current = output_file.read_text() if output_file.is_file() else ""
+        if current != text:
+            raise LockCheckFailed(
+                [
+                    StaleLock(
+                        str(output_file), "differs from the generated workflow", f"envbuild ci github -o {output_file}"
+                    )
+                ]
+            )
+        output.out().print(f"{output_file} is current")
+        return
+    if output_file is None:
+        sys.stdout.write(text)
+        return
+    atomic_write_many({output_file: text})
+    output.err().print(f"wrote {output_file}")
+
+
+@app.command()
+def doctor(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """Check this host: engine, driver, GPUs, container runtime, /dev/shm, and which profiles run here."""
+    from envbuild import doctor as d
+    from envbuild import output
+
+    proj = _project(project)
+    report = d.doctor(proj)
+    if as_json:
+        output.emit_json(report.as_dict())
+        return
+    con = output.out()
+    eng = report.engine
+    if eng.get("reachable"):
+        con.print(f"engine: reachable, {eng.get('version')} (API {eng.get('api')}) at {eng.get('url')}")
+    else:
+        con.print(f"engine: NOT reachable: {eng.get('error')}\n  fix: {eng.get('hint')}")
+    con.print(
+        f"NVIDIA driver: {report.nvidia_driver or 'none'}"
+        + (f" (CUDA {report.driver_cuda})" if report.driver_cuda else "")
+    )
+    for g in report.gpus:
+        con.print(f"  GPU {g.index}: {g.name}, sm_{g.capability.replace('.', '')}, {g.memory_mib} MiB")
+    con.print(f"ROCm devices: {', '.join(report.rocm_devices) or 'none'}")
+    con.print(f"NVIDIA container runtime: {'yes' if report.nvidia_runtime else 'no'}")
+    shm = f"{report.shm_bytes // 2**20} MiB" if report.shm_bytes else "unknown"
+    con.print(f"shared memory (/dev/shm): {shm}")
+    for note in report.notes:
+        con.print(f"note: {note}")
+    con.print(
+        output.table(
+            None,
+            ["profile", "runs here", "why"],
+            [[p["profile"], "yes" if p["runs_here"] else "no", p["why"]] for p in report.profiles],
+        )
+    )
+
+
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run_image(
+    ctx: typer.Context,
+    name: str,
+    tag: Annotated[str | None, typer.Option("--tag", help="Image repository (as build --tag named it).")] = None,
+    gpus: Annotated[str, typer.Option(help="all, none or a count.")] = "auto",
+    ipc_host: Annotated[
+        bool, typer.Option("--ipc-host", help="Share the host's IPC namespace (NCCL, DataLoader).")
+    ] = False,
+    shm_size: Annotated[str, typer.Option(help="Shared memory size when not --ipc-host.")] = "8g",
+    project: ProjectOpt = None,
+) -> int:
+    """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
+    import subprocess
+
+    from envbuild import runner
+
+    proj = _project(project)
+    prof = _load(proj, name)
+    image = f"{tag or proj.config.repository}:{prof.name}"
+    argv = runner.docker_argv(
+        prof,
+        image,
+        list(ctx.args),
+        workdir=Path.cwd(),
+        gpus=gpus,
+        ipc_host=ipc_host,
+        shm_size=shm_size,
+        tty=sys.stdin.isatty() and sys.stdout.isatty(),
+    )
+    return subprocess.call(argv)
 
 
 # ---- entry point -------------------------------------------------------------------------------

@@ -96,3 +96,49 @@ def cpu_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = envbuild("venv", "cpu-py311", str(target), "--find-links", WHEELS, cwd=REPO)
     assert res.returncode == 0, res.stderr
     return target
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real distribution registry (Debian's docker-registry) on a free loopback port."""
+    import time
+    import urllib.request
+
+    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+    if not Path(binary).exists():
+        pytest.fail("the e2e suite needs Debian's docker-registry package (run `make engine`)")
+    root = tmp_path_factory.mktemp("registry")
+    port = _free_port()
+    config = root / "config.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n"
+    )
+    log = (root / "registry.log").open("w")
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail(f"the registry did not start: {(root / 'registry.log').read_text()[-2000:]}")
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,176 @@
+"""`envbuild doctor`: what this host can run, the way an experienced engineer would check it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from envbuild import compat
+from envbuild.errors import EngineUnavailable
+from envbuild.project import Project
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str
+    capability: str  # "9.0"
+    memory_mib: int | None = None
+
+
+@dataclass
+class HostReport:
+    engine: dict[str, Any] = field(default_factory=dict)
+    nvidia_driver: str | None = None
+    driver_cuda: str | None = None
+    gpus: list[Gpu] = field(default_factory=list)
+    rocm_devices: list[str] = field(default_factory=list)
+    nvidia_runtime: bool = False
+    shm_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    profiles: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _nvidia_smi() -> tuple[str | None, list[Gpu], str | None]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None, [], None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=index,name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        head = subprocess.run([exe], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, [], None
+    gpus, driver = [], None
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 5:
+            gpus.append(Gpu(int(parts[0]), parts[1], parts[2], int(float(parts[3])) if parts[3] else None))
+            driver = parts[4]
+    cuda = None
+    for token in head.split("CUDA Version:")[1:2]:
+        cuda = token.split()[0]
+    return driver, gpus, cuda
+
+
+def _nvml_driver() -> str | None:
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    buf = ctypes.create_string_buffer(96)
+    ok = nvml.nvmlSystemGetDriverVersion(buf, 96) == 0
+    nvml.nvmlShutdown()
+    return buf.value.decode() if ok else None
+
+
+def _v(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def inspect_host() -> HostReport:
+    report = HostReport()
+    try:
+        from envbuild import engine
+
+        cli = engine.client(timeout=10)
+        info = cli.info()
+        version = cli.version()
+        report.engine = {
+            "reachable": True,
+            "url": engine.engine_url()[0],
+            "version": version.get("Version"),
+            "api": version.get("ApiVersion"),
+            "runtimes": sorted((info.get("Runtimes") or {}).keys()),
+        }
+        report.nvidia_runtime = "nvidia" in report.engine["runtimes"] or bool(shutil.which("nvidia-container-runtime"))
+    except EngineUnavailable as exc:
+        report.engine = {"reachable": False, "error": exc.message, "hint": exc.hint}
+    driver, gpus, cuda = _nvidia_smi()
+    report.nvidia_driver = driver or _nvml_driver()
+    report.gpus, report.driver_cuda = gpus, cuda
+    if os.path.exists("/dev/kfd"):
+        report.rocm_devices = (
+            sorted(p for p in os.listdir("/dev/dri") if p.startswith("renderD")) if os.path.isdir("/dev/dri") else []
+        )
+    try:
+        st = os.statvfs("/dev/shm")  # noqa: S108 - the shared-memory mount itself, not a temp file
+        report.shm_bytes = st.f_frsize * st.f_blocks
+    except OSError:
+        report.shm_bytes = None
+    if not report.gpus and not report.rocm_devices:
+        report.notes.append("no GPU on this host: only CPU profiles can run here")
+    if report.gpus and not report.nvidia_runtime:
+        report.notes.append(
+            "GPUs present but no NVIDIA container runtime: containers will not see them "
+            "(install the NVIDIA container toolkit)"
+        )
+    return report
+
+
+def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
+    from envbuild import ci
+
+    db = compat.load()
+    out = []
+    for prof in ci.profiles(project):
+        ok, why = True, "runs here"
+        if prof.accelerator == "cuda" and prof.cuda:
+            floor = db.driver_floor(prof.cuda)
+            arches = db.arches_for(prof.cuda, prof.torch)
+            if not report.gpus:
+                ok, why = False, "no NVIDIA GPU on this host"
+            elif report.nvidia_driver and floor and _v(report.nvidia_driver) < _v(floor.minor_floor):
+                ok, why = (
+                    False,
+                    f"driver {report.nvidia_driver} is below {floor.minor_floor}, the floor for CUDA {prof.cuda}",
+                )
+            elif arches:
+                missing = [
+                    g
+                    for g in report.gpus
+                    if g.capability.replace(".", "") not in arches.sm
+                    and not (arches.ptx and int(g.capability.replace(".", "")) >= int(arches.ptx))
+                ]
+                if missing:
+                    ok, why = (
+                        False,
+                        (
+                            f"{missing[0].name} (sm_{missing[0].capability.replace('.', '')}) is not in the "
+                            f"{prof.build_tag} build (sm_{', sm_'.join(arches.sm)})"
+                        ),
+                    )
+            if ok and report.nvidia_driver and floor and _v(report.nvidia_driver) < _v(floor.min_driver):
+                why = f"runs through CUDA minor-version compatibility (full support from driver {floor.min_driver})"
+        elif prof.accelerator == "rocm" and not report.rocm_devices:
+            ok, why = False, "no ROCm device (/dev/kfd) on this host"
+        out.append(
+            {
+                "profile": prof.name,
+                "runs_here": ok,
+                "why": why,
+                "accelerator": prof.accelerator,
+                "version": prof.accelerator_version,
+            }
+        )
+    return out
+
+
+def doctor(project: Project) -> HostReport:
+    report = inspect_host()
+    report.profiles = verdicts(project, report)
+    return report

@@ -1,0 +1,207 @@
+"""Publishing: push only smoke-tested images, pull with verification against the local lock."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from envbuild import build as build_mod
+from envbuild import engine, lock, lockfile
+from envbuild.errors import ImageMissing, PublishError, UsageError, VerifyError
+from envbuild.profile import Profile
+from envbuild.project import Project
+
+Events = Callable[[str, str, str], None]
+RETRIES = 4
+
+
+def registry_for(project: Project, prof: Profile, option: str | None) -> str:
+    """Where the profile's images live: --registry, the profile's `registry`, envbuild.toml's."""
+    reg = option or prof.registry or project.config.registry
+    if not reg:
+        raise UsageError(
+            f"no registry for {prof.name}",
+            hint="pass --registry HOST[:PORT]/PATH or set `registry` in the profile or envbuild.toml",
+        )
+    return reg.rstrip("/")
+
+
+def _backoff() -> float:
+    try:
+        return float(os.environ.get("ENVBUILD_RETRY_BACKOFF", "1.0"))
+    except ValueError:
+        return 1.0
+
+
+def _transient(message: str) -> bool:
+    text = message.lower()
+    return any(
+        s in text
+        for s in (
+            "connection refused",
+            "timeout",
+            "temporarily",
+            "502",
+            "503",
+            "504",
+            "eof",
+            "connection reset",
+            "tls handshake",
+            "no such host",
+        )
+    )
+
+
+def _push_once(cli: Any, repo: str, tag: str, say: Events) -> str:
+    digest = ""
+    for chunk in cli.images.push(repo, tag=tag, stream=True, decode=True):
+        if "error" in chunk:
+            raise PublishError(str(chunk.get("errorDetail", {}).get("message") or chunk["error"]))
+        if "status" in chunk:
+            say("push", chunk.get("id", ""), chunk["status"])
+        aux = chunk.get("aux") or {}
+        if "Digest" in aux:
+            digest = str(aux["Digest"])
+    if not digest:
+        raise PublishError(f"the registry did not report a digest for {repo}:{tag}")
+    return digest
+
+
+def _with_retries(what: str, action: Callable[[], str], say: Events) -> str:
+    import docker
+    import requests
+
+    delay = _backoff()
+    last = ""
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return action()
+        except (PublishError, docker.errors.APIError, requests.exceptions.RequestException) as exc:
+            last = str(getattr(exc, "explanation", None) or exc).strip()
+            if attempt == RETRIES or not _transient(last):
+                break
+            say("retry", what, f"attempt {attempt} failed ({last.splitlines()[0][:120]}); retrying in {delay:.1f}s")
+            time.sleep(delay)
+            delay *= 2
+    raise PublishError(
+        f"{what} failed; the registry answered: {last.splitlines()[0] if last else 'nothing'}",
+        hint="check that the registry is up and that `docker login` was run for it",
+    )
+
+
+@dataclass
+class PushResult:
+    image_id: str
+    refs: list[str]
+    digest: str
+
+
+def smoke_passed(labels: dict[str, str]) -> bool:
+    return labels.get(build_mod.SMOKE_LABEL) == "passed"
+
+
+def push(
+    project: Project, prof: Profile, *, repo: str | None, registry: str | None, events: Events | None = None
+) -> PushResult:
+    import docker
+
+    say = events or (lambda *_: None)
+    cli = engine.client()
+    local = f"{repo or project.config.repository}:{prof.name}"
+    try:
+        image = cli.images.get(local)
+    except docker.errors.ImageNotFound as exc:
+        raise ImageMissing(f"no local image {local}", hint=f"build it first: envbuild build {prof.name}") from exc
+    labels = dict(image.labels or {})
+    if not smoke_passed(labels):
+        raise PublishError(
+            f"{local} ({image.id[:19]}) has not passed the smoke test; refusing to push it",
+            hint=f"build it with the smoke test: envbuild build {prof.name} (without --no-smoke)",
+        )
+    lock_sha = labels.get(f"{build_mod.LABEL_NS}.lock-sha256", "")
+    if len(lock_sha) != 64:
+        raise PublishError(f"{local} carries no envbuild lock label; it was not built by envbuild")
+    target = f"{registry_for(project, prof, registry)}"
+    refs = [f"{target}:{prof.name}-{lock_sha[:12]}", f"{target}:{prof.name}"]
+    digest = ""
+    for ref in refs:  # immutable first, the moving tag last
+        name, tag = ref.rsplit(":", 1)
+        image.tag(name, tag=tag)
+
+        def attempt(n: str = name, t: str = tag) -> str:
+            return _push_once(cli, n, t, say)
+
+        digest = _with_retries(f"push {ref}", attempt, say)
+    return PushResult(image.id, refs, digest)
+
+
+@dataclass
+class PullResult:
+    ref: str
+    image_id: str
+    digest: str
+    labels: dict[str, str]
+    mismatches: list[str]
+
+
+def pull(
+    project: Project,
+    prof: Profile,
+    *,
+    registry: str | None,
+    digest: str | None = None,
+    verify: bool = False,
+    events: Events | None = None,
+) -> PullResult:
+    import docker
+
+    say = events or (lambda *_: None)
+    cli = engine.client()
+    target = registry_for(project, prof, registry)
+    ref = f"{target}@{digest}" if digest else f"{target}:{prof.name}"
+
+    def once() -> str:
+        name, _, tag = ref.rpartition("@") if digest else ref.rpartition(":")
+        for chunk in cli.api.pull(name, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise PublishError(str(chunk["error"]))
+            if "status" in chunk:
+                say("pull", chunk.get("id", ""), chunk["status"])
+        return ref
+
+    _with_retries(f"pull {ref}", once, say)
+    try:
+        image = cli.images.get(ref)
+    except docker.errors.ImageNotFound as exc:
+        raise PublishError(f"{ref} was pulled but is not in the engine") from exc
+    repo_digests = [d for d in image.attrs.get("RepoDigests", []) if d.startswith(target + "@")]
+    pulled_digest = repo_digests[0].split("@", 1)[1] if repo_digests else (digest or "")
+    labels = dict(image.labels or {})
+    mismatches = compare(project, prof, labels)
+    if mismatches and verify:
+        raise VerifyError(
+            f"{ref} does not match the local profile and lockfile:\n  " + "\n  ".join(mismatches),
+            hint=f"pull the image built from this lockfile, or re-lock and rebuild {prof.name}",
+        )
+    return PullResult(ref, image.id, pulled_digest, labels, mismatches)
+
+
+def compare(project: Project, prof: Profile, labels: dict[str, str]) -> list[str]:
+    """Differences between an image's labels and the local profile and lockfile, naming both values."""
+    ns = build_mod.LABEL_NS
+    out = []
+    lock_dir = lock.lock_dir(project, prof.name)
+    lock_path = lock_dir / lockfile.lock_names("x86_64", prof.flavor)[0]
+    local_lock = hashlib.sha256(lock_path.read_bytes()).hexdigest() if lock_path.is_file() else "(no local lockfile)"
+    pairs = [
+        ("lockfile sha256", labels.get(f"{ns}.lock-sha256", "(none)"), local_lock),
+        ("profile digest", labels.get(f"{ns}.profile-digest", "(none)"), prof.digest()),
+    ]
+    for what, image_value, local_value in pairs:
+        if image_value != local_value:
+            out.append(f"{what}: image has {image_value}, local has {local_value}")
+    return out

@@ -1,0 +1,44 @@
+"""`envbuild run`: the profile's image with the right GPU flags, shared memory and mounts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from envbuild.errors import UsageError
+from envbuild.profile import Profile
+
+
+def docker_argv(
+    prof: Profile,
+    image: str,
+    command: list[str],
+    *,
+    workdir: Path,
+    gpus: str = "auto",
+    ipc_host: bool = False,
+    shm_size: str = "8g",
+    tty: bool = False,
+) -> list[str]:
+    """The docker CLI call for an interactive-capable run (TTYs pass through the CLI untouched)."""
+    exe = shutil.which("docker")
+    if exe is None:
+        raise UsageError("the docker CLI is not on PATH", hint="install docker (the client) to use `envbuild run`")
+    argv = [exe, "run", "--rm", "--init"]
+    if tty:
+        argv += ["-it"]
+    else:
+        argv += ["-i"]
+    if prof.accelerator == "cuda" and gpus != "none":
+        argv += ["--gpus", "all" if gpus in {"auto", "all"} else gpus]
+    elif prof.accelerator == "rocm" and gpus != "none":
+        argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+    argv += ["--ipc=host"] if ipc_host else ["--shm-size", shm_size]
+    argv += ["-v", f"{workdir.resolve()}:/workspace", "-w", "/workspace"]
+    # The image's own non-root user (uid 1000) is kept; HOME is its home folder.
+    if os.environ.get("TERM"):
+        argv += ["-e", f"TERM={os.environ['TERM']}"]
+    argv.append(image)
+    argv += command
+    return argv

@@ -1,0 +1,200 @@
+"""Push, pull and verify against a real registry; matrix, workflow, doctor and run for real."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ..conftest import REPO
+from .conftest import envbuild
+
+pytestmark = pytest.mark.e2e
+
+
+def test_round_trip_push_delete_pull(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, registry: str
+) -> None:
+    target = f"{registry}/envbuild/roundtrip"
+    res = envbuild("push", "cpu-py311", "--tag", repo_name, "--registry", target, "--json", cwd=e2e_project)
+    assert res.returncode == 0, res.stderr[-3000:]
+    pushed = json.loads(res.stdout)
+    lock_tag = next(r for r in pushed["refs"] if r != f"{target}:cpu-py311")
+    assert pushed["digest"].startswith("sha256:") and lock_tag.startswith(f"{target}:cpu-py311-")
+    # The registry itself has both tags.
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{registry}/v2/envbuild/roundtrip/tags/list") as resp:
+        assert sorted(json.load(resp)["tags"]) == sorted(r.rsplit(":", 1)[1] for r in pushed["refs"])
+    image_id = pushed["image_id"]
+    for ref in pushed["refs"]:
+        docker_client.images.remove(ref, noprune=True)
+    kept = [t for t in docker_client.images.get(image_id).tags]
+    for tag in kept:
+        docker_client.images.remove(tag, noprune=True)
+    import docker
+
+    with pytest.raises(docker.errors.ImageNotFound):  # really gone from the engine
+        docker_client.images.get(image_id)
+    try:
+        res = envbuild("pull", "cpu-py311", "--registry", target, "--verify", "--json", cwd=e2e_project)
+        assert res.returncode == 0, res.stderr[-3000:]
+        pulled = json.loads(res.stdout)
+        assert pulled["digest"] == pushed["digest"]
+        assert pulled["image_id"] == image_id
+        assert pulled["torch"] == "2.13.0" and pulled["python"] == "3.11" and pulled["smoke"] == "passed"
+        assert pulled["mismatches"] == []
+    finally:
+        img = docker_client.images.get(f"{target}:cpu-py311")
+        for tag in kept:
+            repo, t = tag.rsplit(":", 1)
+            img.tag(repo, tag=t)
+
+
+def test_pull_verify_rejects_a_tampered_lock_label(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str
+) -> None:
+    fake = "f" * 64
+    dockerfile = f'FROM {built_cpu["image_id"]}\nLABEL io.envbuild.lock-sha256="{fake}"\n'
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    repo = "envbuild-e2e-tampered"
+    image.tag(repo, tag="cpu-py311")
+    target = f"{registry}/envbuild/tampered"
+    try:
+        res = envbuild("push", "cpu-py311", "--tag", repo, "--registry", target, cwd=e2e_project)
+        assert res.returncode == 0, res.stderr[-2000:]
+        res = envbuild("pull", "cpu-py311", "--registry", target, "--verify", cwd=e2e_project)
+        assert res.returncode == 9
+        local = built_cpu["labels"]["io.envbuild.lock-sha256"]
+        assert f"lockfile sha256: image has {fake}, local has {local}" in res.stderr
+        res = envbuild("pull", "cpu-py311", "--registry", target, cwd=e2e_project)
+        assert res.returncode == 0 and "warning: lockfile sha256" in res.stderr
+    finally:
+        for ref in (f"{repo}:cpu-py311", f"{target}:cpu-py311"):
+            docker_client.images.remove(ref, force=True, noprune=True)
+
+
+def test_push_refuses_an_untested_image(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str
+) -> None:
+    dockerfile = f'FROM {built_cpu["built_image_id"]}\nLABEL io.envbuild.note="built with --no-smoke"\n'
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    image.tag("envbuild-e2e-untested", tag="cpu-py311")
+    try:
+        res = envbuild(
+            "push", "cpu-py311", "--tag", "envbuild-e2e-untested", "--registry", f"{registry}/x/y", cwd=e2e_project
+        )
+        assert res.returncode == 10
+        assert "has not passed the smoke test; refusing to push it" in res.stderr
+    finally:
+        docker_client.images.remove("envbuild-e2e-untested:cpu-py311", force=True, noprune=True)
+
+
+def test_registry_down_is_a_clear_error(built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
+    from .conftest import _free_port
+
+    dead = f"127.0.0.1:{_free_port()}/envbuild/down"
+    res = envbuild(
+        "push",
+        "cpu-py311",
+        "--tag",
+        repo_name,
+        "--registry",
+        dead,
+        cwd=e2e_project,
+        env={"ENVBUILD_RETRY_BACKOFF": "0.2"},
+    )
+    assert res.returncode == 10
+    assert f"push {dead}:cpu-py311-" in res.stderr and "the registry answered:" in res.stderr
+    assert "connection refused" in res.stderr.lower()
+    assert "Traceback" not in res.stderr
+
+
+def test_matrix_github_is_a_fromjson_matrix() -> None:
+    res = envbuild("matrix", "--format", "github", cwd=REPO)
+    data = json.loads(res.stdout)
+    assert set(data) == {"include"}
+    names = {row["profile"] for row in data["include"]}
+    shipped = {p.stem for p in (REPO / "profiles").glob("*.yaml") if not p.name.startswith("_")}
+    assert names == shipped
+    for row in data["include"]:  # a GitHub matrix accepts scalar values only
+        assert all(isinstance(v, (str, bool, int)) for v in row.values())
+        assert row["runner"] == (
+            "ubuntu-24.04"
+            if row["accelerator"] == "cpu"
+            else f"gpu-{'nvidia' if row['accelerator'] == 'cuda' else 'amd'}"
+        )
+    bake = json.loads(envbuild("matrix", "--format", "bake", cwd=REPO).stdout)
+    assert set(bake["target"]) == shipped and bake["target"]["cpu-py311"]["target"] == "runtime"
+
+
+def test_committed_workflow_is_generated_and_names_every_profile() -> None:
+    path = REPO / ".github" / "workflows" / "envbuild.yml"
+    res = envbuild("ci", "github", "--check", "-o", str(path), cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    doc = yaml.safe_load(path.read_text())
+    include = doc["jobs"]["build"]["strategy"]["matrix"]["include"]
+    shipped = {p.stem for p in (REPO / "profiles").glob("*.yaml") if not p.name.startswith("_")}
+    assert {row["profile"] for row in include} == shipped
+    for job in doc["jobs"].values():
+        for step in job["steps"]:
+            if "uses" in step:
+                assert len(step["uses"].split("@", 1)[1]) == 40  # pinned to a commit SHA
+    assert doc["permissions"] == {"contents": "read"}
+
+
+def test_doctor_reports_no_gpu_without_failing() -> None:
+    res = envbuild("doctor", "--json", cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["engine"]["reachable"] is True
+    assert report["gpus"] == [] and "no GPU on this host" in " ".join(report["notes"])
+    verdicts = {p["profile"]: p for p in report["profiles"]}
+    assert verdicts["cpu-py311"]["runs_here"] is True
+    assert (
+        verdicts["cu121-py311"]["runs_here"] is False and verdicts["cu121-py311"]["why"] == "no NVIDIA GPU on this host"
+    )
+
+
+def test_run_passes_the_exit_code_and_mounts_the_folder(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "hello.txt").write_text("hi\n")
+    work.chmod(0o777)
+    cmd = [sys.executable, "-m", "envbuild", "--help"]
+    assert subprocess.run(cmd, capture_output=True, check=False).returncode == 0
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envbuild",
+            "run",
+            "cpu-py311",
+            "--project",
+            str(e2e_project),
+            "--tag",
+            repo_name,
+            "--",
+            "python",
+            "-c",
+            "import os, sys, torch; "
+            "print(open('hello.txt').read().strip(), os.getuid(), torch.__version__); sys.exit(3)",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert res.returncode == 3, res.stderr
+    assert res.stdout.split() == ["hi", "1000", "2.13.0+cpu"]
+    shutil.rmtree(work, ignore_errors=True)
