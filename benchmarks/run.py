@@ -1,0 +1,334 @@
+"""envbuild's benchmarks: one run, side by side, medians of several runs, ratios.
+
+    python benchmarks/run.py --all            # everything (`make bench`)
+    python benchmarks/run.py lock build ...   # some sections
+
+Each section rewrites its own part of docs/BENCHMARKS.md (between markers) with the date and the
+machine. These machines are noisy: compare ratios within one run, not absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "BENCHMARKS.md"
+PY = sys.executable
+WHEELS = os.environ.get("PIP_FIND_LINKS", "/opt/wheels")
+BASE = os.environ.get("ENVBUILD_TEST_BASE", "envbuild-test/debian:bookworm")
+CA = "/etc/ssl/certs/ca-certificates.crt"
+LOCKABLE = ["cpu-py311", "cu121-py311", "cu124-py312", "cu126-py312", "cu128-py313", "cu130-py313"]
+
+
+def sh(
+    cmd: list[str], cwd: Path = REPO, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"benchmark step failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def median_of(n: int, fn: Callable[[], Any]) -> tuple[float, list[float]]:
+    runs = [timed(fn) for _ in range(n)]
+    return statistics.median(runs), runs
+
+
+def envbuild(
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return sh([PY, "-m", "envbuild", *args], cwd=cwd, env=env, check=check)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, Python {platform.python_version()}"
+
+
+def project_copy(names: list[str]) -> Path:
+    root = Path(tempfile.mkdtemp(prefix="envbuild-bench-")) / "proj"
+    (root / "profiles").mkdir(parents=True)
+    shutil.copy(REPO / "profiles" / "_base.yaml", root / "profiles")
+    for n in names:
+        shutil.copy(REPO / "profiles" / f"{n}.yaml", root / "profiles")
+        if (REPO / "lockfiles" / n).is_dir():
+            shutil.copytree(REPO / "lockfiles" / n, root / "lockfiles" / n)
+    return root
+
+
+def write_section(name: str, body: str) -> None:
+    DOC.parent.mkdir(exist_ok=True)
+    text = (
+        DOC.read_text() if DOC.exists() else "# envbuild benchmarks\n\nWritten by `make bench` (benchmarks/run.py).\n"
+    )
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    stamp = f"_{datetime.date.today().isoformat()}, {machine()}_\n\n"
+    block = f"{start}\n{stamp}{body.rstrip()}\n{end}"
+    if start in text:
+        text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    DOC.write_text(text if text.endswith("\n") else text + "\n")
+
+
+# ---- lock --------------------------------------------------------------------------------------
+
+
+def bench_lock(runs: int) -> str:
+    rows = []
+    proj = project_copy(LOCKABLE)
+    piptools = shutil.which("pip-compile") or str(Path(PY).parent / "pip-compile")
+    for name in LOCKABLE:
+        extra = ["--find-links", WHEELS] if name == "cpu-py311" else []
+        eb, eb_runs = median_of(runs, lambda n=name, e=extra: envbuild("lock", n, "--upgrade", *e, cwd=proj))
+        prof = json.loads(envbuild("show", name, "--json", cwd=proj).stdout)
+        pc = None
+        if prof["python"] == "{}.{}".format(*sys.version_info[:2]):
+            work = Path(tempfile.mkdtemp(prefix="bench-pc-"))
+            envbuild("render", name, "-o", str(work), cwd=proj)
+            reqs = work / "requirements.in"
+            cmd = [
+                piptools,
+                "--quiet",
+                "--generate-hashes",
+                "--no-header",
+                "--output-file",
+                str(work / "out.txt"),
+                "--pip-args",
+                f"--find-links {WHEELS}" if extra else "",
+                str(reqs),
+            ]
+            # pip-tools honours pip's config; the host's torch cap must not change its answer.
+            env = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_CONSTRAINT": ""}
+            pc, _ = median_of(max(1, runs - 1), lambda c=cmd, e=env: sh(c, env=e))
+        rows.append((name, eb, eb_runs, pc))
+    lines = [
+        "## Lock: envbuild (uv) vs pip-compile --generate-hashes",
+        "",
+        f"Median of {runs} runs each, warm caches, `envbuild lock NAME --upgrade` (a full re-resolve, plus the "
+        "pylock.toml pass and the verification) against `pip-compile --generate-hashes` on the same "
+        "requirements.in.",
+        "",
+        "| profile | envbuild (s) | pip-compile (s) | ratio |",
+        "|---|---|---|---|",
+    ]
+    ratios = []
+    for name, eb, _, pc in rows:
+        if pc is None:
+            lines.append(f"| {name} | {eb:.2f} | n/a: pip-compile resolves only for its own interpreter's Python | |")
+        else:
+            ratios.append(pc / eb)
+            lines.append(f"| {name} | {eb:.2f} | {pc:.2f} | {pc / eb:.1f}x |")
+    noop, noop_runs = median_of(max(5, runs), lambda: envbuild("lock", "--all", cwd=proj))
+    lines += [
+        "",
+        f"No-op `envbuild lock --all` on {len(LOCKABLE)} fresh lockfiles: median {noop:.2f} s "
+        f"(runs: {', '.join(f'{r:.2f}' for r in noop_runs)}); goal < 1 s.",
+        f"`envbuild lock --check --all` (offline): {median_of(5, lambda: envbuild('lock', '--check', '--all', cwd=proj))[0]:.2f} s.",
+    ]
+    if ratios:
+        lines.append(
+            f"Speed-up over pip-compile where both ran: {', '.join(f'{r:.1f}x' for r in ratios)} (goal >= 10x)."
+        )
+    return "\n".join(lines)
+
+
+# ---- build and size ----------------------------------------------------------------------------
+
+
+def _image_size(image: str) -> int:
+    return int(sh(["docker", "image", "inspect", image, "--format", "{{.Size}}"]).stdout.strip())
+
+
+def _naive_image(proj: Path) -> tuple[float, int]:
+    """A single-stage Dockerfile a person would write: apt Python, venv, COPY the wheel, pip install."""
+    work = Path(tempfile.mkdtemp(prefix="bench-naive-"))
+    envbuild("render", "cpu-py311", "-o", str(work), cwd=proj)
+    wheel = next(Path(WHEELS).glob("torch-2.13.0+cpu-*.whl"))
+    shutil.copy(wheel, work / wheel.name)
+    shutil.copy(CA, work / "ca.crt")
+    (work / "Dockerfile").write_text(
+        f"FROM {BASE}\n"
+        "RUN apt-get update && apt-get install -y python3.11 python3.11-venv && rm -rf /var/lib/apt/lists/*\n"
+        "RUN python3.11 -m venv /opt/venv\n"
+        "COPY requirements.in ca.crt /tmp/\n"
+        f"COPY {wheel.name} /tmp/\n"
+        f"RUN PIP_CERT=/tmp/ca.crt /opt/venv/bin/pip install --find-links /tmp -r /tmp/requirements.in\n"
+    )
+    t = timed(lambda: sh(["docker", "build", "--no-cache", "-q", "-t", "envbuild-bench/naive:cpu-py311", str(work)]))
+    return t, _image_size("envbuild-bench/naive:cpu-py311")
+
+
+def bench_build(runs: int) -> str:
+    proj = project_copy(["cpu-py311"])
+    repo = "envbuild-bench"
+    common = ["--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", repo, "--json", "--no-smoke"]
+    cold = timed(lambda: envbuild("build", "cpu-py311", "--no-cache", *common, cwd=proj))
+    rebuild, _ = median_of(runs, lambda: envbuild("build", "cpu-py311", *common, cwd=proj))
+    prof = proj / "profiles" / "cpu-py311.yaml"
+    ran_after_env = []
+
+    def env_change() -> None:
+        prof.write_text(
+            re.sub(r"\nenv:.*", "", prof.read_text(), flags=re.S) + f'\nenv:\n  BENCH_NONCE: "{time.time_ns()}"\n'
+        )
+        res = json.loads(envbuild("build", "cpu-py311", *common, cwd=proj).stdout)
+        ran_after_env.append(res["ran_steps"])
+
+    env_t, _ = median_of(runs, env_change)
+    image = f"{repo}:cpu-py311"
+    size = _image_size(image)
+    base_size = _image_size(BASE)
+    venv_bytes = int(sh(["docker", "run", "--rm", image, "du", "-sb", "/opt/venv"]).stdout.split()[0])
+    floor = base_size + venv_bytes
+    naive_t, naive_size = _naive_image(proj)
+    gb = 1e9
+    lines = [
+        "## Build: cpu-py311 on a debootstrapped bookworm base (torch 2.13.0+cpu)",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| cold build (`--no-cache`) | {cold:.1f} s |",
+        f"| unchanged rebuild, median of {runs} | {rebuild:.2f} s = {rebuild / cold:.1%} of cold (goal <= 5%) |",
+        f"| rebuild after changing only `env`, median of {runs} | {env_t:.2f} s = {env_t / cold:.1%} of cold; steps that ran: {ran_after_env} (the environment layer stayed cached) |",
+        f"| naive single-stage pip Dockerfile, cold | {naive_t:.1f} s |",
+        "",
+        "## Size",
+        "",
+        "| image | size | vs envbuild |",
+        "|---|---|---|",
+        f"| envbuild cpu-py311 | {size / gb:.2f} GB | 1.00x |",
+        f"| naive single-stage (same packages, pip) | {naive_size / gb:.2f} GB | envbuild is {size / naive_size:.2f}x of it (goal <= 0.8x) |",
+        f"| floor: base image + /opt/venv | {floor / gb:.2f} GB ({base_size / gb:.2f} + {venv_bytes / gb:.2f}) | envbuild is {size / floor:.2f}x of it (goal <= 1.1x) |",
+        "",
+        "Sizes are the engine's uncompressed image sizes. The naive image carries the copied wheel "
+        "(its own layer) and pip's cache; envbuild's runtime stage carries neither, nor the CA bundle.",
+    ]
+    sh(["docker", "image", "rm", "-f", "envbuild-bench/naive:cpu-py311"], check=False)
+    return "\n".join(lines)
+
+
+# ---- smoke and CLI --------------------------------------------------------------------------------
+
+
+def bench_smoke(runs: int) -> str:
+    proj = project_copy(["cpu-py311"])
+    repo = "envbuild-bench-smoke"
+    envbuild(
+        "build",
+        "cpu-py311",
+        "--base",
+        BASE,
+        "--find-links",
+        WHEELS,
+        "--ca-bundle",
+        CA,
+        "--tag",
+        repo,
+        "--no-smoke",
+        cwd=proj,
+    )
+    reports = []
+
+    def once() -> None:
+        out = Path(tempfile.mkdtemp()) / "r.json"
+        envbuild("smoke", f"{repo}:cpu-py311", "--json", str(out), cwd=proj)
+        reports.append(json.loads(out.read_text()))
+
+    wall, wall_runs = median_of(runs, once)
+    checks: dict[str, list[float]] = {}
+    for rep in reports:
+        for c in rep["checks"]:
+            checks.setdefault(c["name"], []).append(c["seconds"])
+    lines = [
+        "## Smoke: the CPU smoke test in its container",
+        "",
+        f"Wall time of `envbuild smoke` (container start to removal), median of {runs}: **{wall:.1f} s** "
+        f"(runs: {', '.join(f'{r:.1f}' for r in wall_runs)}; goal < 20 s).",
+        "",
+        "| check | median (s) | status |",
+        "|---|---|---|",
+    ]
+    for name, secs in checks.items():
+        status = reports[-1]["checks"][[c["name"] for c in reports[-1]["checks"]].index(name)]["status"]
+        lines.append(f"| {name} | {statistics.median(secs):.2f} | {status} |")
+    return "\n".join(lines)
+
+
+def bench_cli(runs: int) -> str:
+    exe = str(Path(PY).parent / "envbuild")
+    cases = [
+        ("envbuild --help", [exe, "--help"]),
+        ("envbuild list", [exe, "list"]),
+        ("envbuild validate --all", [exe, "validate", "--all"]),
+    ]
+    names = [p.stem for p in sorted((REPO / "profiles").glob("*.yaml")) if not p.name.startswith("_")]
+    cases += [(f"envbuild render {n}", [exe, "render", n]) for n in names]
+    lines = [
+        "## CLI start-up and commands",
+        "",
+        f"Median of {runs} runs (goal: each under 0.5 s).",
+        "",
+        "| command | median (s) |",
+        "|---|---|",
+    ]
+    for label, cmd in cases:
+        med, _ = median_of(runs, lambda c=cmd: sh(c))
+        lines.append(f"| `{label}` | {med:.3f} |")
+    return "\n".join(lines)
+
+
+SECTIONS: dict[str, Callable[[int], str]] = {
+    "cli": bench_cli,
+    "lock": bench_lock,
+    "smoke": bench_smoke,
+    "build": bench_build,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sections", nargs="*", choices=[*SECTIONS, []][:-1] or None)
+    parser.add_argument("--all", action="store_true")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    chosen = list(SECTIONS) if args.all or not args.sections else args.sections
+    for name in chosen:
+        print(f"bench: {name} ...", flush=True)
+        body = SECTIONS[name](args.runs)
+        write_section(name, body)
+        print(body, flush=True)
+    print(f"bench: wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
