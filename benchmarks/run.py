@@ -204,7 +204,7 @@ def bench_build(runs: int) -> str:
         ran_after_env.append(res["ran_steps"])
 
     env_t, _ = median_of(runs, env_change)
-    image = f"{repo}:cpu-py311"
+    image = f"{repo}:cpu-py311-untested"  # --no-smoke builds carry only this tag
     size = _image_size(image)
     base_size = _image_size(BASE)
     venv_bytes = int(sh(["docker", "run", "--rm", image, "du", "-sb", "/opt/venv"]).stdout.split()[0])
@@ -260,7 +260,7 @@ def bench_smoke(runs: int) -> str:
 
     def once() -> None:
         out = Path(tempfile.mkdtemp()) / "r.json"
-        envbuild("smoke", f"{repo}:cpu-py311", "--json", str(out), cwd=proj)
+        envbuild("smoke", f"{repo}:cpu-py311-untested", "--json", str(out), cwd=proj)
         reports.append(json.loads(out.read_text()))
 
     wall, wall_runs = median_of(runs, once)

@@ -499,14 +499,16 @@ def build(project: Project, prof: Profile, opts: BuildOptions, events: Events | 
             )
         final_id = mark_smoke_passed(cli, built, report)
     moving, immutable = tags_for(repository(project, opts), prof, facts["lock_sha256"])
+    # Only a smoke-tested image may carry the profile's tags; an untested one gets its own name.
+    refs = [immutable, moving] if opts.smoke else [f"{moving}-untested"]
     image = cli.images.get(final_id)
-    for ref in (immutable, moving):  # the moving tag last: it is the one users pull
+    for ref in refs:  # the moving tag last: it is the one users pull
         repo, tag = ref.rsplit(":", 1)
         image.tag(repo, tag=tag)
     result = BuildResult(
         profile=prof.name,
         image_id=final_id,
-        tags=[moving, immutable],
+        tags=refs[::-1],
         labels=dict(cli.images.get(final_id).labels or {}),
         log_path=str(log.path),
         seconds=time.monotonic() - t0,

@@ -6,6 +6,7 @@ and become an exit code in `run`, the only place that exits.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -872,13 +873,19 @@ def run_image(
 # ---- entry point -------------------------------------------------------------------------------
 
 
+@functools.cache
+def _command() -> Any:
+    # Building click's command tree from the typer app costs ~30 ms; build it once per process.
+    return typer.main.get_command(app)
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code; the one place errors become numbers."""
     import click
 
     from envbuild.errors import exit_code_for
 
-    command = typer.main.get_command(app)
+    command = _command()
     try:
         result = command.main(args=argv, prog_name="envbuild", standalone_mode=False)
     except EnvbuildError as exc:

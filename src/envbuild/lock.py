@@ -167,7 +167,7 @@ def _run_uv(args: list[str], cwd: Path) -> str:
         timeout=1800,
     )
     if proc.returncode != 0:
-        message = proc.stderr.strip() or proc.stdout.strip()
+        message = render.redact(proc.stderr.strip() or proc.stdout.strip())
         raise LockError(f"uv failed:\n{message[-3000:]}", hint="the resolver's message above says why")
     return proc.stdout
 
@@ -269,10 +269,12 @@ def _lock_venv(project: Project, prof: Profile, opts: LockOptions, digest: str) 
             primary, secondary = lockfile.lock_names(platform)
             pins, req_text, pylock_text = _resolve_platform(prof, platform, opts, src, directory / primary, Path(tmp))
             resolution = lockfile.resolution_id(pins)
-            head = lockfile.header(prof, digest, resolution, PLATFORM_TAGS[platform], f"{src.route} {where}")
+            head = lockfile.header(
+                prof, digest, resolution, PLATFORM_TAGS[platform], render.redact(f"{src.route} {where}")
+            )
             # Secondary first, primary last: the primary's rename is what makes the lock current.
-            files[directory / secondary] = head + pylock_text
-            files[directory / primary] = head + req_text
+            files[directory / secondary] = head + render.redact(pylock_text)
+            files[directory / primary] = head + render.redact(req_text)
             count = max(count, len(pins))
     written = atomic_write_many(files)
     return LockOutcome(prof.name, "locked", f"{count} packages", packages=count, files=written)

@@ -89,6 +89,14 @@ def torch_source(
     return TorchSource("index", index, url, flat, links)
 
 
+_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redact(text: str) -> str:
+    """URLs with their user:password@ part replaced, for anything written or printed."""
+    return _CREDENTIALS.sub("***@", text)
+
+
 def _as_url(location: str) -> tuple[str, bool]:
     """A URL for an index or wheelhouse; local folders are flat (find-links style) indexes."""
     if location.startswith(("http://", "https://")):

@@ -246,14 +246,20 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
                 "use conda-forge or torch <= 2.5",
                 ",".join(map(str, channels)),
             )
+    if "find_links" in bad:
+        return
     for i, link in enumerate(_list(data, "find_links")):
         if isinstance(link, str) and "://" not in link and not re.search(r"\$\{?\w+", link):
             target = Path(link) if Path(link).is_absolute() else path.parent.parent / link
-            if not target.is_dir():
+            try:
+                exists = target.is_dir()
+            except OSError:  # a name too long or otherwise impossible for this filesystem
+                exists = False
+            if not exists:
                 ld.add(
                     "warning",
                     f"find_links[{i}]",
-                    f"{link!r} is not a folder here",
+                    f"{link[:80]!r} is not a folder here",
                     "create it or fix the path",
                     link,
                 )
