@@ -9,7 +9,7 @@ define run_pytest
 	$(PYTEST) $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: failing" >&2; exit $$rc; }
 endef
 
-.PHONY: help install engine run test e2e check lint typecheck golden bench bench-lock bench-build bench-smoke compat-refresh clean
+.PHONY: help install engine run test e2e check lint typecheck golden bench bench-lock bench-build bench-smoke reliability compat-refresh clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ check: lint typecheck test e2e ## Everything CI runs: lint, types, unit and e2e
 
 golden: install ## Regenerate tests/golden from the shipped profiles (review the diff!)
 	$(PY) scripts/regen_golden.py
+
+reliability: install ## Write docs/RELIABILITY.md from the last hardening run's figures
+	$(PY) scripts/reliability.py
 
 compat-refresh: install ## Re-read the PyPI-derived compat columns (needs PyPI)
 	$(PY) scripts/refresh_compat.py

@@ -66,3 +66,15 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> 
         return Result(code, captured.out, captured.err)
 
     return invoke
+
+
+def dockerfile_instructions(text: str) -> list[str]:
+    """The instruction keywords of a Dockerfile in order, comments and continuation lines folded away."""
+    out: list[str] = []
+    continued = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not continued and stripped and not stripped.startswith("#"):
+            out.append(stripped.split(None, 1)[0])
+        continued = stripped.endswith("\\")
+    return out

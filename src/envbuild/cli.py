@@ -488,30 +488,14 @@ def _step_printer(as_json: bool) -> Any:
 
 def _print_smoke(report: dict[str, Any]) -> None:
     from envbuild import output
+    from envbuild.smoke import inside
 
     rows = []
     for c in report["checks"]:
         status = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "skip": "[yellow]SKIP[/yellow]"}[
             c["status"]
         ]
-        detail = c["reason"] or ", ".join(
-            f"{k}={v}"
-            for k, v in sorted(c["facts"].items())
-            if k
-            in {
-                "torch",
-                "numpy",
-                "device_count",
-                "version",
-                "world_size",
-                "backend",
-                "steps",
-                "batches",
-                "driver",
-                "device",
-                "all_reduce",
-            }
-        )
+        detail = inside.detail(c)
         if c["status"] == "fail" and c["remedy"]:
             detail += f"\nfix: {c['remedy']}"
         rows.append([c["name"], status, f"{c['seconds']:.2f}", detail])

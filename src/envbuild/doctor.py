@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from typing import Any
 from envbuild import compat
 from envbuild.errors import EngineUnavailable
 from envbuild.project import Project
+from envbuild.smoke.inside import driver_version
 
 
 @dataclass
@@ -65,19 +65,6 @@ def _nvidia_smi() -> tuple[str | None, list[Gpu], str | None]:
     return driver, gpus, cuda
 
 
-def _nvml_driver() -> str | None:
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    if nvml.nvmlInit_v2() != 0:
-        return None
-    buf = ctypes.create_string_buffer(96)
-    ok = nvml.nvmlSystemGetDriverVersion(buf, 96) == 0
-    nvml.nvmlShutdown()
-    return buf.value.decode() if ok else None
-
-
 def _v(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
@@ -101,7 +88,7 @@ def inspect_host() -> HostReport:
     except EngineUnavailable as exc:
         report.engine = {"reachable": False, "error": exc.message, "hint": exc.hint}
     driver, gpus, cuda = _nvidia_smi()
-    report.nvidia_driver = driver or _nvml_driver()
+    report.nvidia_driver = driver or driver_version()
     report.gpus, report.driver_cuda = gpus, cuda
     if os.path.exists("/dev/kfd"):
         report.rocm_devices = (

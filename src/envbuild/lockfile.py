@@ -65,24 +65,22 @@ def header(profile: Profile, digest: str, resolution: str, platform: str, source
     )
 
 
-def read_digest(path: Path) -> str | None:
+def _header_field(path: Path, pattern: re.Pattern[str]) -> str | None:
     try:
         with path.open(encoding="utf-8") as fh:
             head = "".join(fh.readline() for _ in range(12))
     except (OSError, UnicodeDecodeError):
         return None
-    m = DIGEST_RE.search(head)
+    m = pattern.search(head)
     return m.group(1) if m else None
+
+
+def read_digest(path: Path) -> str | None:
+    return _header_field(path, DIGEST_RE)
 
 
 def read_resolution(path: Path) -> str | None:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            head = "".join(fh.readline() for _ in range(12))
-    except (OSError, UnicodeDecodeError):
-        return None
-    m = RESOLUTION_RE.search(head)
-    return m.group(1) if m else None
+    return _header_field(path, RESOLUTION_RE)
 
 
 @dataclass

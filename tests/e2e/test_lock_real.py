@@ -16,6 +16,7 @@ import pytest
 from envbuild import lockfile
 
 from ..conftest import REPO
+from ..unit.test_hardening import record
 
 pytestmark = [pytest.mark.e2e, pytest.mark.network]
 WHEELS = os.environ.get("PIP_FIND_LINKS", "/opt/wheels")
@@ -100,6 +101,7 @@ def test_killed_lock_leaves_the_old_lockfile_intact(proj: Path) -> None:
     lock_path = proj / "lockfiles" / "cu121-py311" / "requirements.lock"
     old = lock_path.read_bytes()
     rng = random.Random(7)  # noqa: S311 - kill timings, not cryptography
+    kills = 0
     for _ in range(4):
         proc = subprocess.Popen(
             [sys.executable, "-m", "envbuild", "lock", "cu121-py311", "--upgrade"],
@@ -108,12 +110,14 @@ def test_killed_lock_leaves_the_old_lockfile_intact(proj: Path) -> None:
             stderr=subprocess.DEVNULL,
         )
         time.sleep(rng.uniform(0.3, 2.0))
+        kills += proc.poll() is None
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         current = lock_path.read_bytes()
         # Either the old file or a complete new one; never a torn one.
         assert current == old or lockfile.parse_requirements(current.decode())["torch"].version == "2.3.1"
         assert not list(lock_path.parent.glob(".*.tmp"))
+    record("interrupt_lock", attempts=4, killed_mid_run=kills, torn_lockfiles=0)
 
 
 def test_two_locks_of_one_profile_at_once(proj: Path) -> None:
@@ -132,3 +136,4 @@ def test_two_locks_of_one_profile_at_once(proj: Path) -> None:
     states = " ".join(err for _, err in results)
     assert "locked" in states and "fresh" in states  # the second waited, then found it fresh
     assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
+    record("concurrent_locks", locks=2, failures=0, result="one lock resolved, the other waited and found it fresh")

@@ -25,7 +25,7 @@ import yaml
 from envbuild import profile, render, validate
 from envbuild.cli import run
 
-from ..conftest import REPO, VALID
+from ..conftest import REPO, VALID, dockerfile_instructions
 
 FIGURES = REPO / ".envbuild" / "reliability"
 CASES = 2400
@@ -225,16 +225,6 @@ BENIGN = {
 SHELL_FIELDS = list(BENIGN)
 
 
-def _instructions(text: str) -> list[str]:
-    out, continued = [], False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not continued and stripped and not stripped.startswith("#"):
-            out.append(stripped.split(None, 1)[0])
-        continued = stripped.endswith("\\")
-    return out
-
-
 def _with(field: str, value: str) -> dict[str, Any]:
     data: dict[str, Any] = dict(VALID)
     if field == "env_key":
@@ -253,14 +243,14 @@ def test_injection_is_rejected_or_inert(write_profile: Callable[..., Path]) -> N
     rejected = inert = 0
     for field in SHELL_FIELDS:
         benign_prof = profile.load_valid(write_profile("cu121-py311", **_with(field, BENIGN[field])))
-        expected = _instructions(render.render(benign_prof, labels={label: "benign"})["Dockerfile"])
+        expected = dockerfile_instructions(render.render(benign_prof, labels={label: "benign"})["Dockerfile"])
         for value in HOSTILE:
             loaded = validate.check(write_profile("cu121-py311", **_with(field, value)))
             if loaded.errors or loaded.profile is None:
                 rejected += 1
                 continue
             out = render.render(loaded.profile, labels={label: loaded.profile.description or "benign"})
-            assert _instructions(out["Dockerfile"]) == expected, (field, value)
+            assert dockerfile_instructions(out["Dockerfile"]) == expected, (field, value)
             assert "\nRUN curl evil" not in out["Dockerfile"], (field, value)
             for name in ("requirements.in", "lock-input.toml"):
                 assert "RUN curl" not in out.get(name, ""), (field, value)

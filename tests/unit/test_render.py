@@ -14,6 +14,8 @@ import pytest
 from envbuild import profile, render
 from envbuild.errors import RenderError
 
+from ..conftest import dockerfile_instructions
+
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"
 SHIPPED = sorted(p for p in (REPO / "profiles").glob("*.yaml") if not p.name.startswith("_"))
@@ -34,18 +36,6 @@ def test_rendering_is_deterministic() -> None:
     assert render.render(prof) == render.render(prof)
 
 
-def _instructions(dockerfile: str) -> list[str]:
-    """The instruction keywords in order, continuation lines and comments folded away."""
-    out: list[str] = []
-    continued = False
-    for line in dockerfile.splitlines():
-        stripped = line.strip()
-        if not continued and stripped and not stripped.startswith("#"):
-            out.append(stripped.split(None, 1)[0])
-        continued = stripped.endswith("\\")
-    return out
-
-
 HOSTILE = [
     "$(touch /pwned)",
     "`id`",
@@ -62,7 +52,7 @@ def test_hostile_env_values_render_inert(write_profile: Callable[..., Path]) -> 
     benign = render.render(profile.load_valid(write_profile(env={"A": "1"})))["Dockerfile"]
     env = {f"V{i}": v for i, v in enumerate(HOSTILE)}
     text = render.render(profile.load_valid(write_profile(env=env)))["Dockerfile"]
-    assert _instructions(text) == _instructions(benign)
+    assert dockerfile_instructions(text) == dockerfile_instructions(benign)
     assert "49" not in text.split("ENV V0", 1)[-1].split("USER")[0]  # Jinja in a value is not evaluated
     env_block = text.split("# Profile environment last", 1)[1].split("USER", 1)[0]
     assert "\\$(touch /pwned)" in env_block and '\\"; RUN curl evil' in env_block

@@ -181,7 +181,8 @@ def check_libs(ctx: Context, r: Result) -> None:
         raise CheckFailed("no CUDA runtime libraries found next to torch", "rebuild the image from its lockfile")
 
 
-def _driver_version() -> str | None:
+def driver_version() -> str | None:
+    """The NVIDIA driver version from NVML (libnvidia-ml), or None where there is no driver."""
     for lib in ("libnvidia-ml.so.1", "libnvidia-ml.so"):
         try:
             nvml = ctypes.CDLL(lib)
@@ -259,7 +260,7 @@ def check_gpu(ctx: Context, r: Result) -> None:
             problems.append(f"GPU {i} ({props.name}): kernel launch failed: {str(exc).splitlines()[0]}")
     r.facts["devices"] = devices
     if ctx.accelerator == "cuda":
-        driver = _driver_version()
+        driver = driver_version()
         r.facts["driver"] = driver
         floor = ctx.expect.get("driver_floor") or {}
         if driver and floor:
@@ -658,27 +659,31 @@ def run(ctx: Context, only: list[str] | None = None) -> dict[str, Any]:
     }
 
 
+SUMMARY_FACTS = (
+    "torch",
+    "numpy",
+    "device_count",
+    "version",
+    "world_size",
+    "backend",
+    "all_reduce",
+    "steps",
+    "batches",
+    "driver",
+    "device",
+)
+
+
+def detail(check: dict[str, Any]) -> str:
+    """One line for a check: its reason, or the facts a person looks at first."""
+    facts = check["facts"]
+    return str(check["reason"]) or ", ".join(f"{k}={facts[k]}" for k in SUMMARY_FACTS if k in facts)
+
+
 def table(report: dict[str, Any]) -> str:
     lines = [f"{'check':<12} {'result':<6} {'seconds':>7}  detail"]
     for c in report["checks"]:
-        detail = c["reason"] or ", ".join(
-            f"{k}={v}"
-            for k, v in c["facts"].items()
-            if k
-            in {
-                "torch",
-                "numpy",
-                "device_count",
-                "version",
-                "world_size",
-                "backend",
-                "steps",
-                "batches",
-                "driver",
-                "device",
-            }
-        )
-        lines.append(f"{c['name']:<12} {c['status'].upper():<6} {c['seconds']:>7.2f}  {detail}")
+        lines.append(f"{c['name']:<12} {c['status'].upper():<6} {c['seconds']:>7.2f}  {detail(c)}")
         if c["status"] == "fail" and c["remedy"]:
             lines.append(f"{'':<12} {'fix':<6} {'':>7}  {c['remedy']}")
     verdict = "PASSED" if report["passed"] else "FAILED: " + ", ".join(report["failed"])
