@@ -48,12 +48,12 @@ def _project(path: str | None) -> Any:
 @app.command("list")
 def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     """List the project's profiles."""
-    from envbuild import output, profile
+    from envbuild import output, profilefile
 
     proj = _project(project)
     rows: list[dict[str, Any]] = []
     for name in proj.profile_names():
-        ld = profile.load(proj.profiles_dir / f"{name}.yaml", proj.rel(proj.profiles_dir / f"{name}.yaml"))
+        ld = profilefile.read_raw(proj.profiles_dir / f"{name}.yaml", proj.rel(proj.profiles_dir / f"{name}.yaml"))
         d = ld.data
         accel = str(d.get("accelerator", "?"))
         version = d.get("cuda") or d.get("rocm") or ""
@@ -66,7 +66,7 @@ def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
                 "torch": str(d.get("torch", "?")),
                 "numpy": str(d.get("numpy", "?")),
                 "flavor": str(d.get("flavor", "venv")),
-                "valid_structure": ld.profile is not None,
+                "readable": not ld.errors,
             }
         )
     if as_json:

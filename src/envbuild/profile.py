@@ -6,15 +6,14 @@ import difflib
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from envbuild import yamlsrc
-from envbuild.errors import Diagnostic, ProfileError
+from envbuild.errors import ProfileError
+from envbuild.profilefile import Loaded, read_raw
 
 NAME_RE = re.compile(r"^(cpu|cu\d{3}|rocm\d{2,3})-py3\d{1,2}(-[a-z0-9]+)*$")
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
@@ -168,176 +167,6 @@ class Profile(BaseModel):
 
 
 FIELDS = list(Profile.model_fields)
-VERSION_FIELDS = {"python", "torch", "torchvision", "torchaudio", "numpy", "cuda", "rocm"}
-
-
-@dataclass
-class Loaded:
-    """What loading a profile file gives: the merged data, where each key came from, problems."""
-
-    path: Path
-    shown: str
-    data: dict[str, Any] = field(default_factory=dict)
-    origin: dict[str, tuple[str, int | None]] = field(default_factory=dict)
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    profile: Profile | None = None
-    bad_fields: set[str] = field(default_factory=set)
-    nested_lines: dict[tuple[str | int, ...], int] = field(default_factory=dict)
-
-    def line(self, key: str, loc: tuple[str | int, ...] = ()) -> int | None:
-        return self.nested_lines.get(loc) or self.origin.get(key, (self.shown, None))[1]
-
-    def file_of(self, key: str) -> str:
-        return self.origin.get(key, (self.shown, None))[0]
-
-    def add(
-        self,
-        severity: str,
-        key: str,
-        message: str,
-        fix: str = "",
-        value: Any = None,
-        loc: tuple[str | int, ...] = (),
-    ) -> None:
-        top = key.split("[", 1)[0].split(".", 1)[0]
-        self.diagnostics.append(
-            Diagnostic(
-                severity=severity,
-                file=self.file_of(top) if top else self.shown,
-                line=self.line(top, loc) if top else None,
-                field=key,
-                message=message,
-                fix=fix,
-                value=None if value is None else str(value)[:200],
-            )
-        )
-
-    @property
-    def errors(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity == "warning"]
-
-
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _read_chain(path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]) -> dict[str, Any] | None:
-    """Read one file and, first, whatever it extends. Records origins; None on a fatal problem."""
-    try:
-        doc = yamlsrc.read(path)
-    except yamlsrc.YamlProblem as exc:
-        where = f" (column {exc.column})" if exc.column else ""
-        loaded.diagnostics.append(
-            Diagnostic(
-                "error",
-                shown,
-                exc.line,
-                "",
-                exc.message + where,
-                "fix the YAML syntax at that spot" if exc.line else "",
-            )
-        )
-        return None
-    if doc.data is None:
-        doc.data = {}
-    if not isinstance(doc.data, dict):
-        loaded.diagnostics.append(
-            Diagnostic(
-                "error",
-                shown,
-                1,
-                "",
-                f"a profile is a mapping of keys, not a {type(doc.data).__name__}",
-                "write `key: value` lines",
-            )
-        )
-        return None
-    data: dict[str, Any] = doc.data
-    for key, value in data.items():
-        raw = doc.raw_scalars.get((key,))
-        if (
-            key in VERSION_FIELDS
-            and isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and raw is not None
-        ):
-            # YAML reads 3.10 as the float 3.1: keep what the user typed, and say so.
-            loaded.diagnostics.append(
-                Diagnostic(
-                    "error",
-                    shown,
-                    doc.lines.get((key,)),
-                    key,
-                    f"{raw} is a number in YAML (it reads as {value!r})",
-                    f'quote it: {key}: "{raw}"',
-                    raw,
-                )
-            )
-            loaded.bad_fields.add(key)
-    parent_name = data.get("extends")
-    merged: dict[str, Any] = {}
-    if parent_name is not None:
-        if not isinstance(parent_name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", parent_name):
-            loaded.diagnostics.append(
-                Diagnostic(
-                    "error",
-                    shown,
-                    doc.lines.get(("extends",)),
-                    "extends",
-                    f"{str(parent_name)[:80]!r} is not a profile name in this folder",
-                    "write e.g. extends: _base",
-                )
-            )
-        else:
-            parent = path.parent / f"{parent_name}.yaml"
-            if parent.resolve() in seen or parent.resolve() == path.resolve():
-                chain = " -> ".join(p.stem for p in (*seen, parent))
-                loaded.diagnostics.append(
-                    Diagnostic(
-                        "error",
-                        shown,
-                        doc.lines.get(("extends",)),
-                        "extends",
-                        f"extends forms a cycle ({chain})",
-                        "remove one `extends`",
-                    )
-                )
-            elif not parent.is_file():
-                names = sorted(p.stem for p in path.parent.glob("*.yaml"))
-                close = difflib.get_close_matches(parent_name, names, n=2)
-                loaded.diagnostics.append(
-                    Diagnostic(
-                        "error",
-                        shown,
-                        doc.lines.get(("extends",)),
-                        "extends",
-                        f"{parent_name}.yaml does not exist next to this profile",
-                        f"did you mean {' or '.join(close)}?" if close else "create it or remove `extends`",
-                    )
-                )
-            else:
-                parent_shown = str(Path(shown).parent / parent.name)
-                got = _read_chain(parent, parent_shown, loaded, (*seen, path.resolve()))
-                if got is None:
-                    return None
-                merged = got
-    for key in data:
-        line = doc.lines.get((key,))
-        loaded.origin[key] = (shown, line)
-        for loc in [p for p in doc.lines if len(p) > 1 and p[0] == key]:
-            loaded.nested_lines[loc] = doc.lines[loc]
-    merged = _deep_merge(merged, {k: v for k, v in data.items() if k != "extends"})
-    return merged
 
 
 def _pydantic_diagnostics(loaded: Loaded, exc: ValidationError) -> None:
@@ -399,12 +228,10 @@ def _pydantic_diagnostics(loaded: Loaded, exc: ValidationError) -> None:
 
 def load(path: Path, shown: str | None = None) -> Loaded:
     """Load, merge `extends`, and check the structure. Never raises for bad input."""
-    shown = shown or str(path)
-    loaded = Loaded(path=path, shown=shown)
-    merged = _read_chain(path, shown, loaded, ())
-    if merged is None:
+    loaded = read_raw(path, shown)
+    if not loaded.data and loaded.errors:
         return loaded
-    loaded.data = merged
+    merged = loaded.data
     try:
         loaded.profile = Profile.model_validate({k: v for k, v in merged.items() if k not in loaded.bad_fields})
     except ValidationError as exc:
@@ -425,4 +252,5 @@ def load_valid(path: Path, shown: str | None = None) -> Profile:
             loaded.diagnostics,
             hint=f"run `envbuild validate {loaded.shown}`",
         )
-    return loaded.profile
+    prof: Profile = loaded.profile
+    return prof

@@ -9,7 +9,8 @@ from typing import Any
 from packaging.version import Version
 
 from envbuild import compat, profile
-from envbuild.profile import NAME_RE, Loaded
+from envbuild.profile import NAME_RE
+from envbuild.profilefile import Loaded
 
 
 def _ver(text: str) -> Version:

@@ -58,7 +58,7 @@ def test_unknown_profile_lists_closest(cli: Cli, project: Path) -> None:
 def test_list_json(cli: Cli, project: Path) -> None:
     res = cli("list", "--json", "--project", str(project))
     rows = {r["name"]: r for r in json.loads(res.out)}
-    assert rows["cu121-py311"]["accelerator_version"] == "12.1"
+    assert rows["cu121-py311"]["accelerator_version"] == "12.1" and rows["cu121-py311"]["readable"]
     assert rows["rocm63-py312"]["accelerator"] == "rocm"
     assert "_base" not in rows
 
