@@ -76,7 +76,7 @@ class ArchRow(_Strict):
 
 class BaseImage(_Strict):
     image: str
-    python_from: Literal["apt", "uv", "base"]
+    python_from: Literal["apt"]  # the OS package python3.X of the base image
     confidence: Literal["verified", "unverified"]
 
 

@@ -228,6 +228,16 @@ def _rule_companions(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str
 
 def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> None:
     base = _str(data, "base", bad)
+    py = _str(data, "python", bad)
+    if not base and py and profile.PYTHON_RE.fullmatch(py) and py not in compat.load().bases.python:
+        known = ", ".join(sorted(compat.load().bases.python, key=_ver))
+        ld.add(
+            "error",
+            "python",
+            f"envbuild has no default base image with Python {py} (it has {known})",
+            f"set base: to an image whose OS packages provide python{py}, pinned by digest",
+            py,
+        )
     if base and "@sha256:" not in base:
         ld.add(
             "warning",

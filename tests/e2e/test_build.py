@@ -177,3 +177,37 @@ def test_stale_lock_stops_the_build_with_the_lock_command(e2e_project: Path, tmp
     shutil.copytree(e2e_project / "lockfiles", proj / "lockfiles")
     res = envbuild("build", "cpu-py311", cwd=proj)
     assert res.returncode == 2 and "run `envbuild lock cpu-py311`" in res.stderr
+
+
+def test_buildkit_builder_builds_the_same_dockerfile(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str
+) -> None:
+    res = envbuild(
+        "build",
+        "cpu-py311",
+        "--builder",
+        "buildkit",
+        "--base",
+        BASE,
+        "--find-links",
+        WHEELS,
+        "--ca-bundle",
+        CA,
+        "--tag",
+        f"{repo_name}-bk",
+        "--no-smoke",
+        "--json",
+        cwd=e2e_project,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads(res.stdout)
+    image = docker_client.images.get(f"{repo_name}-bk:cpu-py311-untested")
+    assert image.id == result["image_id"]
+    assert image.labels["io.envbuild.lock-sha256"] == built_cpu["labels"]["io.envbuild.lock-sha256"]
+    assert image.attrs["Config"]["User"] == "1000:1000"
+    assert result["steps"] > 10
+    frozen = docker_client.containers.run(
+        image.id, ["python", "-c", "import torch; print(torch.__version__)"], remove=True
+    )
+    assert frozen.decode().strip() == "2.13.0+cpu"
+    docker_client.images.remove(image.id, force=True, noprune=True)

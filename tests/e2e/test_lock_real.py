@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -137,3 +138,20 @@ def test_two_locks_of_one_profile_at_once(proj: Path) -> None:
     assert "locked" in states and "fresh" in states  # the second waited, then found it fresh
     assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
     record("concurrent_locks", locks=2, failures=0, result="one lock resolved, the other waited and found it fresh")
+
+
+def test_upgrade_package_re_resolves_only_that_package(proj: Path) -> None:
+    shutil.copytree(REPO / "lockfiles" / "cu121-py311", proj / "lockfiles" / "cu121-py311")
+    path = proj / "lockfiles" / "cu121-py311" / "requirements.lock"
+    text = path.read_text()
+    # Pretend the lock was made when an older filelock was current.
+    old = lockfile.parse_requirements(text)
+    edited = re.sub(r"^filelock==\S+", "filelock==3.12.0", text, flags=re.M)
+    path.write_text(edited)
+    res = envbuild("lock", "cu121-py311", "--upgrade-package", "filelock", cwd=proj)
+    assert res.returncode == 0, res.stderr
+    new = lockfile.parse_requirements(path.read_text())
+    assert new["filelock"].version != "3.12.0"
+    assert {n: p.version for n, p in new.items() if n != "filelock"} == {
+        n: p.version for n, p in old.items() if n != "filelock"
+    }

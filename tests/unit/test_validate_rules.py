@@ -260,3 +260,27 @@ def test_values_that_could_reach_a_shell(
     write_profile: Callable[..., Path], field: str, value: object, expected: str
 ) -> None:
     assert expected in only_error(write_profile(**{field: value}))
+
+
+def test_python_without_a_default_base_image(write_profile: Callable[..., Path]) -> None:
+    path = write_profile(
+        "cu130-py314", name="cu130-py314", cuda="13.0", python="3.14", torch="2.14.1", torchvision=None, numpy="2.3.5"
+    )
+    msg = only_error(path)
+    assert "python: envbuild has no default base image with Python 3.14" in msg
+    assert "set base: to an image whose OS packages provide python3.14" in msg
+    assert (
+        errors_of(
+            write_profile(
+                "cu130-py314",
+                name="cu130-py314",
+                cuda="13.0",
+                python="3.14",
+                torch="2.14.1",
+                torchvision=None,
+                numpy="2.3.5",
+                base="example.com/py314:1",
+            )
+        )
+        == []
+    )
