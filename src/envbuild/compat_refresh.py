@@ -55,6 +55,7 @@ def resolve_with_uv(torch: str, python: str) -> dict[str, str]:
             "--index-url",
             "https://pypi.org/simple",
             "--no-config",
+            "--no-python-downloads",
         ],
         input=f"torch=={torch}\n",
         capture_output=True,

@@ -186,6 +186,7 @@ def _pip_entries(
             lockfile.PLATFORM_TAGS[platform],
             "--no-header",
             "--no-config",
+            "--no-python-downloads",
             "--quiet",
             "--index-url",
             opts.index_url or render.PYPI_SIMPLE,

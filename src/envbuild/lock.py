@@ -194,6 +194,8 @@ def _compile_args(
         "--emit-index-annotation",
         "--no-header",
         "--no-config",
+        # The target Python is only a resolution setting: never fetch an interpreter for it.
+        "--no-python-downloads",
         "--index-url",
         src.index_url,
         "--quiet",
