@@ -369,7 +369,11 @@ def _ranks_context() -> Any:
 
 
 def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, queue: Any) -> None:
+    def stage(name: str) -> None:
+        queue.put({"rank": rank, "stage": name})
+
     try:
+        stage("import")
         import torch
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
@@ -380,6 +384,7 @@ def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, 
         else:
             # Every rank is on this host: keep gloo on loopback instead of the hostname's interface.
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        stage("init_process_group")
         dist.init_process_group(
             backend,
             init_method=f"tcp://127.0.0.1:{port}",
@@ -388,11 +393,14 @@ def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, 
             timeout=datetime.timedelta(seconds=timeout),
         )
         t = torch.tensor([float(rank + 1)], device=device)
+        stage("all_reduce")
         dist.all_reduce(t)
         total = float(t.item())
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)).to(device)
+        stage("DistributedDataParallel")
         ddp = DistributedDataParallel(model, device_ids=[rank] if backend == "nccl" else None)
+        stage("training steps")
         gen = torch.Generator().manual_seed(100 + rank)  # different data per rank
         for _ in range(3):
             x = torch.randn(8, 16, generator=gen).to(device)
@@ -401,8 +409,13 @@ def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, 
             _sgd_step(ddp.parameters(), 0.1)
         flat = torch.cat([p.detach().flatten() for p in model.parameters()])
         gathered = [torch.zeros_like(flat) for _ in range(world)]
+        stage("all_gather")
         dist.all_gather(gathered, flat)
         identical = all(torch.equal(gathered[0], g) for g in gathered[1:])
+        # Nobody leaves before everybody has the gathered data: a rank that exits right after its
+        # own part of all_gather was seen to strand the other rank mid-receive.
+        stage("barrier")
+        dist.barrier()
         # Report before tearing down: rank 0's teardown was seen to hang once after every
         # collective had finished; the parent reaps any rank that lingers.
         queue.put({"rank": rank, "all_reduce": total, "identical": identical})
@@ -439,10 +452,17 @@ def check_ddp(ctx: Context, r: Result) -> None:
     for p in procs:
         p.start()
     results: list[dict[str, Any]] = []
+    stages: dict[int, str] = {}
     deadline = time.monotonic() + ctx.timeout + 30
     while len(results) < world and time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            results.append(queue.get(timeout=1))
+        try:
+            msg = queue.get(timeout=1)
+        except Exception:  # queue.Empty, or a rank died mid-message
+            msg = None
+        if msg is not None and "stage" in msg:
+            stages[msg["rank"]] = msg["stage"]
+        elif msg is not None:
+            results.append(msg)
         if all(not p.is_alive() for p in procs) and queue.empty() and len(results) < world:
             break
     for p in procs:
@@ -451,8 +471,12 @@ def check_ddp(ctx: Context, r: Result) -> None:
             p.kill()
             r.facts.setdefault("killed_after_report", []).append(p.name)
     errors = [f"rank {x['rank']}: {x['error']}" for x in results if "error" in x]
+    r.facts["last_stage"] = {str(k): v for k, v in sorted(stages.items())}
     if len(results) < world and not errors:
+        done = {x["rank"] for x in results}
+        stuck = ", ".join(f"rank {k} in {v}" for k, v in sorted(stages.items()) if k not in done)
         dead = [f"rank {i} exit {p.exitcode}" for i, p in enumerate(procs) if p.exitcode not in (0, None)]
+        dead.append(f"stuck: {stuck or 'before starting'}")
         raise CheckFailed(
             f"DDP did not finish within {ctx.timeout + 30:.0f}s ({', '.join(dead) or 'collective hung'})",
             "a hung collective: check NCCL_DEBUG=INFO output, run with --ipc=host or --shm-size=8g",
