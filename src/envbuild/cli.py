@@ -865,8 +865,6 @@ def _command() -> Any:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code; the one place errors become numbers."""
-    import click
-
     from envbuild.errors import exit_code_for
 
     command = _command()
@@ -878,16 +876,18 @@ def run(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # keep the report above the error line when both go to one terminal
         output.err().print(f"error: {exc}", markup=False)
         return exit_code_for(exc)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         return 130
-    except click.ClickException as exc:
-        exc.show()
-        return int(exc.exit_code)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug in envbuild: say so plainly, keep the traceback for those who ask
+    except Exception as exc:
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            # typer's (vendored click's) usage errors; envbuild must not need click installed
+            show()
+            return code
         import os
         import traceback
 

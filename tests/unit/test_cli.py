@@ -123,3 +123,14 @@ def test_console_script_and_module_entry(project: Path) -> None:
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "no profile 'no-such'" in proc.stderr
+
+
+def test_cli_needs_no_click_installed(project: Path) -> None:
+    # typer vendors click; envbuild must run where `click` itself is absent (plain `pip install envbuild`).
+    code = (
+        "import sys; sys.modules['click'] = None; from envbuild.cli import run; "
+        f"sys.exit(run(['list', '--project', {str(project)!r}]) + 10 * run(['lock', '--nonsense']))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 20, proc.stderr  # list: 0; an unknown option: 2 (a usage error), no traceback
+    assert "cu121-py311" in proc.stdout and "No such option" in proc.stderr and "Traceback" not in proc.stderr
