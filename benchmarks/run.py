@@ -118,11 +118,25 @@ def bench_lock(runs: int) -> str:
         if prof["python"] == "{}.{}".format(*sys.version_info[:2]):
             work = Path(tempfile.mkdtemp(prefix="bench-pc-"))
             envbuild("render", name, "-o", str(work), cwd=proj)
-            cmd = [piptools, "--quiet", "--generate-hashes", "--no-header", "--output-file", str(work / "out.txt"),
-                   "--pip-args", f"--find-links {WHEELS}" if extra else "", str(work / "requirements.in")]
+            cmd = [
+                piptools,
+                "--quiet",
+                "--generate-hashes",
+                "--no-header",
+                "--output-file",
+                str(work / "out.txt"),
+                "--pip-args",
+                f"--find-links {WHEELS}" if extra else "",
+                str(work / "requirements.in"),
+            ]
             # Same footing as uv: a fresh cache, and none of the host's pip config (its torch cap).
-            env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "", "PIP_CONSTRAINT": "",
-                   "PIP_CACHE_DIR": tempfile.mkdtemp(prefix="bench-pip-")}
+            env = {
+                **os.environ,
+                "PIP_CONFIG_FILE": os.devnull,
+                "PIP_FIND_LINKS": "",
+                "PIP_CONSTRAINT": "",
+                "PIP_CACHE_DIR": tempfile.mkdtemp(prefix="bench-pip-"),
+            }
             t0 = time.perf_counter()
             try:
                 subprocess.run(cmd, env=env, capture_output=True, check=True, timeout=PIP_COMPILE_CAP)
@@ -132,11 +146,16 @@ def bench_lock(runs: int) -> str:
             except subprocess.CalledProcessError as exc:
                 pc_note = f"failed: {exc.stderr.decode()[-200:]!r}"
         rows.append((name, eb_cold, eb_warm, pc, pc_note))
-    lines = ["## Lock: envbuild (uv) vs pip-compile --generate-hashes", "",
-             "`envbuild lock NAME --upgrade` (a full resolve for the profile's Python and platform, the pylock.toml "
-             "pass and the verification) against `pip-compile --generate-hashes` on the same requirements.in. "
-             f"Cold: fresh caches for both. Warm: envbuild's median of {runs} with its cache.", "",
-             "| profile | envbuild cold (s) | envbuild warm (s) | pip-compile cold (s) | cold ratio |", "|---|---|---|---|---|"]
+    lines = [
+        "## Lock: envbuild (uv) vs pip-compile --generate-hashes",
+        "",
+        "`envbuild lock NAME --upgrade` (a full resolve for the profile's Python and platform, the pylock.toml "
+        "pass and the verification) against `pip-compile --generate-hashes` on the same requirements.in. "
+        f"Cold: fresh caches for both. Warm: envbuild's median of {runs} with its cache.",
+        "",
+        "| profile | envbuild cold (s) | envbuild warm (s) | pip-compile cold (s) | cold ratio |",
+        "|---|---|---|---|---|",
+    ]
     ratios = []
     for name, cold, warm, pc, note in rows:
         if pc is None:
@@ -146,11 +165,16 @@ def bench_lock(runs: int) -> str:
             lines.append(f"| {name} | {cold:.2f} | {warm:.2f} | {pc:.2f} | {pc / cold:.1f}x |")
     noop, noop_runs = median_of(max(5, runs), lambda: envbuild("lock", "--all", cwd=proj))
     check, _ = median_of(5, lambda: envbuild("lock", "--check", "--all", cwd=proj))
-    lines += ["", f"No-op `envbuild lock --all` on {len(LOCKABLE)} fresh lockfiles: median {noop:.2f} s "
-              f"(runs: {', '.join(f'{r:.2f}' for r in noop_runs)}); goal < 1 s.",
-              f"`envbuild lock --check --all` (offline): median {check:.2f} s."]
+    lines += [
+        "",
+        f"No-op `envbuild lock --all` on {len(LOCKABLE)} fresh lockfiles: median {noop:.2f} s "
+        f"(runs: {', '.join(f'{r:.2f}' for r in noop_runs)}); goal < 1 s.",
+        f"`envbuild lock --check --all` (offline): median {check:.2f} s.",
+    ]
     if ratios:
-        lines.append(f"Speed-up over pip-compile where both ran: {', '.join(f'{r:.1f}x' for r in ratios)} (goal >= 10x).")
+        lines.append(
+            f"Speed-up over pip-compile where both ran: {', '.join(f'{r:.1f}x' for r in ratios)} (goal >= 10x)."
+        )
     return "\n".join(lines)
 
 
