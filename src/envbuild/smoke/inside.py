@@ -368,7 +368,9 @@ def _ranks_context() -> Any:
     return ctx
 
 
-def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, queue: Any) -> None:
+def _ddp_worker(rank: int, job: dict[str, Any], queue: Any, release: Any) -> None:
+    world, port, backend, timeout = job["world"], job["port"], job["backend"], job["timeout"]
+
     def stage(name: str) -> None:
         queue.put({"rank": rank, "stage": name})
 
@@ -412,13 +414,12 @@ def _ddp_worker(rank: int, world: int, port: int, backend: str, timeout: float, 
         stage("all_gather")
         dist.all_gather(gathered, flat)
         identical = all(torch.equal(gathered[0], g) for g in gathered[1:])
-        # Nobody leaves before everybody has the gathered data: a rank that exits right after its
-        # own part of all_gather was seen to strand the other rank mid-receive.
         stage("barrier")
         dist.barrier()
-        # Report before tearing down: rank 0's teardown was seen to hang once after every
-        # collective had finished; the parent reaps any rank that lingers.
         queue.put({"rank": rank, "all_reduce": total, "identical": identical})
+        # No rank tears down before the parent has every rank's result: a rank that left right after
+        # the last collective was seen (in containers, ~1 run in 10) to strand its peer inside it.
+        release.wait(timeout + 30)
         dist.destroy_process_group()
     except BaseException as exc:  # report everything: the parent decides
         queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]})
@@ -444,9 +445,14 @@ def check_ddp(ctx: Context, r: Result) -> None:
         raise CheckFailed("torch was built without NCCL", "use an official CUDA build of torch")
     mpc = _ranks_context()
     queue = mpc.Queue()
+    release = mpc.Event()
     port = _free_port()
     procs = [
-        mpc.Process(target=_ddp_worker, args=(rank, world, port, backend, ctx.timeout, queue), daemon=True)
+        mpc.Process(
+            target=_ddp_worker,
+            args=(rank, {"world": world, "port": port, "backend": backend, "timeout": ctx.timeout}, queue, release),
+            daemon=True,
+        )
         for rank in range(world)
     ]
     for p in procs:
@@ -465,6 +471,7 @@ def check_ddp(ctx: Context, r: Result) -> None:
             results.append(msg)
         if all(not p.is_alive() for p in procs) and queue.empty() and len(results) < world:
             break
+    release.set()
     for p in procs:
         p.join(timeout=10)
         if p.is_alive():
