@@ -7,7 +7,6 @@ a failure at any point leaves every existing tag where it was.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -23,7 +22,7 @@ from urllib.parse import unquote, urlparse
 
 from envbuild import __version__, compat, engine, lock, lockfile, render
 from envbuild.errors import BuildError, BuildFailure, SmokeFailed, UsageError
-from envbuild.fsutil import atomic_write_many
+from envbuild.fsutil import atomic_write_many, sha256_file
 from envbuild.profile import Profile
 from envbuild.project import Project
 
@@ -125,14 +124,6 @@ def _local_wheel_dirs(opts_links: tuple[str, ...], pins: dict[str, lockfile.Pin]
     return seen
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def collect_wheels(pins: dict[str, lockfile.Pin], links: tuple[str, ...]) -> list[Path]:
     """The wheel files of the lock that live in local folders (never anything else from them)."""
     dirs = _local_wheel_dirs(links, pins)
@@ -149,7 +140,7 @@ def collect_wheels(pins: dict[str, lockfile.Pin], links: tuple[str, ...]) -> lis
                 for w in sorted(d.glob("*.whl"))
                 if lockfile.canonical(w.name.split("-", 1)[0]) == pin.name and w.name.split("-")[1] == pin.version
             ]
-        match = next((w for w in candidates if f"sha256:{_sha256(w)}" in pin.hashes), None)
+        match = next((w for w in candidates if f"sha256:{sha256_file(w)}" in pin.hashes), None)
         if match is not None:
             found.append(match)
         elif local_required:
@@ -175,7 +166,7 @@ def prepare_context(project: Project, prof: Profile, opts: BuildOptions) -> tupl
     plain = render.render(prof, templates_dir=project.templates_dir, base=opts.base, source=src)
     base = opts.base or prof.base or _base_of(plain["Dockerfile"])
     epoch = source_date_epoch(project, lock_path)
-    facts: dict[str, Any] = {"lock_sha256": _sha256(lock_path), "base": base, "source": src, "epoch": epoch}
+    facts: dict[str, Any] = {"lock_sha256": sha256_file(lock_path), "base": base, "source": src, "epoch": epoch}
     facts["labels"] = labels_for(project, prof, facts)
     outputs = render.render(
         prof, templates_dir=project.templates_dir, base=opts.base, source=src, labels=facts["labels"]

@@ -11,7 +11,7 @@ from typing import Any
 from envbuild import compat
 from envbuild.errors import EngineUnavailable
 from envbuild.project import Project
-from envbuild.smoke.inside import driver_version
+from envbuild.smoke.inside import driver_version, version_tuple
 
 
 @dataclass
@@ -63,10 +63,6 @@ def _nvidia_smi() -> tuple[str | None, list[Gpu], str | None]:
     for token in head.split("CUDA Version:")[1:2]:
         cuda = token.split()[0]
     return driver, gpus, cuda
-
-
-def _v(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
 def inspect_host() -> HostReport:
@@ -121,7 +117,11 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
             arches = db.arches_for(prof.cuda, prof.torch)
             if not report.gpus:
                 ok, why = False, "no NVIDIA GPU on this host"
-            elif report.nvidia_driver and floor and _v(report.nvidia_driver) < _v(floor.minor_floor):
+            elif (
+                report.nvidia_driver
+                and floor
+                and version_tuple(report.nvidia_driver) < version_tuple(floor.minor_floor)
+            ):
                 ok, why = (
                     False,
                     f"driver {report.nvidia_driver} is below {floor.minor_floor}, the floor for CUDA {prof.cuda}",
@@ -141,7 +141,12 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
                             f"{prof.build_tag} build (sm_{', sm_'.join(arches.sm)})"
                         ),
                     )
-            if ok and report.nvidia_driver and floor and _v(report.nvidia_driver) < _v(floor.min_driver):
+            if (
+                ok
+                and report.nvidia_driver
+                and floor
+                and version_tuple(report.nvidia_driver) < version_tuple(floor.min_driver)
+            ):
                 why = f"runs through CUDA minor-version compatibility (full support from driver {floor.min_driver})"
         elif prof.accelerator == "rocm" and not report.rocm_devices:
             ok, why = False, "no ROCm device (/dev/kfd) on this host"

@@ -48,10 +48,6 @@ def client(timeout: int = 600) -> Any:
     return cli
 
 
-def server_version(cli: Any) -> dict[str, Any]:
-    return dict(cli.version())
-
-
 def ensure_image(cli: Any, ref: str, *, pull: bool = False, events: Any = None) -> str:
     """The image ID of `ref`, pulling it when missing (or when asked); BaseImageError otherwise."""
     import docker

@@ -186,6 +186,3 @@ def exit_code_for(error: EnvbuildError) -> int:
         if isinstance(error, kind):
             return code
     return 1
-
-
-EXIT_CODE_TABLE: dict[str, int] = {kind.__name__: code for kind, code in _EXIT_CODES}

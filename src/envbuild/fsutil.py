@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -34,3 +35,11 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
     return [path for _, path in staged]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import Any
 from envbuild import build as build_mod
 from envbuild import engine, lock, lockfile
 from envbuild.errors import ImageMissing, PublishError, UsageError, VerifyError
+from envbuild.fsutil import sha256_file
 from envbuild.profile import Profile
 from envbuild.project import Project
 
@@ -196,7 +196,7 @@ def compare(project: Project, prof: Profile, labels: dict[str, str]) -> list[str
     out = []
     lock_dir = lock.lock_dir(project, prof.name)
     lock_path = lock_dir / lockfile.lock_names("x86_64", prof.flavor)[0]
-    local_lock = hashlib.sha256(lock_path.read_bytes()).hexdigest() if lock_path.is_file() else "(no local lockfile)"
+    local_lock = sha256_file(lock_path) if lock_path.is_file() else "(no local lockfile)"
     pairs = [
         ("lockfile sha256", labels.get(f"{ns}.lock-sha256", "(none)"), local_lock),
         ("profile digest", labels.get(f"{ns}.profile-digest", "(none)"), prof.digest()),

@@ -198,7 +198,7 @@ def driver_version() -> str | None:
     return None
 
 
-def _vtuple(text: str) -> tuple[int, ...]:
+def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
@@ -264,12 +264,12 @@ def check_gpu(ctx: Context, r: Result) -> None:
         r.facts["driver"] = driver
         floor = ctx.expect.get("driver_floor") or {}
         if driver and floor:
-            if _vtuple(driver) < _vtuple(floor["minor_floor"]):
+            if version_tuple(driver) < version_tuple(floor["minor_floor"]):
                 problems.append(
                     f"driver {driver} is older than {floor['minor_floor']}, "
                     f"the oldest that runs CUDA {ctx.expect.get('cuda')}"
                 )
-            elif _vtuple(driver) < _vtuple(floor["min_driver"]):
+            elif version_tuple(driver) < version_tuple(floor["min_driver"]):
                 r.facts["driver_note"] = (
                     f"driver {driver} runs CUDA {ctx.expect.get('cuda')} through minor-version "
                     f"compatibility (full support from {floor['min_driver']})"
@@ -349,11 +349,6 @@ def _sgd_step(params: Any, lr: float) -> None:
             if param.grad is not None:
                 param.sub_(lr * param.grad)
                 param.grad = None
-
-
-def _mp_context(uses_cuda: bool) -> Any:
-    # fork is safe and fast without a CUDA context in the parent; CUDA needs spawn.
-    return mp.get_context("spawn" if uses_cuda else "fork")
 
 
 def _ranks_context() -> Any:
@@ -575,7 +570,7 @@ def check_dataloader(ctx: Context, r: Result) -> None:
         num_workers=2,
         pin_memory=pin,
         timeout=ctx.timeout,
-        multiprocessing_context=_mp_context(False),
+        multiprocessing_context=mp.get_context("fork"),
         persistent_workers=False,
     )
     seen: list[int] = []
