@@ -4,8 +4,6 @@ Every command is a thin wrapper. Errors travel up as EnvbuildError subclasses
 and become an exit code in `run`, the only place that exits.
 """
 
-from __future__ import annotations
-
 import functools
 import sys
 from pathlib import Path
@@ -857,9 +855,17 @@ def run_image(
 # ---- entry point -------------------------------------------------------------------------------
 
 
+def prepare() -> None:
+    """Build the command tree now (the entry point does it with the garbage collector paused)."""
+    _command()
+
+
 @functools.cache
 def _command() -> Any:
     # Building click's command tree from the typer app costs ~30 ms; build it once per process.
+    from envbuild import _typerspeed
+
+    _typerspeed.install()
     return typer.main.get_command(app)
 
 
@@ -906,4 +912,6 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    from envbuild.__main__ import main as entry
+
+    entry()

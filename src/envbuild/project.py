@@ -6,9 +6,7 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Any, get_type_hints
 
 from envbuild._compat import tomllib
 from envbuild.errors import UsageError
@@ -16,10 +14,14 @@ from envbuild.errors import UsageError
 CONFIG_NAME = "envbuild.toml"
 
 
-class ProjectConfig(BaseModel):
-    """Settings in envbuild.toml; options on the command line win over these."""
+@dataclass(frozen=True)
+class ProjectConfig:
+    """Settings in envbuild.toml; options on the command line win over these.
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    A plain dataclass rather than a pydantic model: `envbuild list` in a project without
+    envbuild.toml must not pay pydantic's import (~0.2 s here). The file itself is still
+    validated strictly by pydantic, see `_validate_config`.
+    """
 
     profiles_dir: str = "profiles"
     templates_dir: str = "templates"
@@ -27,7 +29,7 @@ class ProjectConfig(BaseModel):
     build_dir: str = ".envbuild"
     index_url: str | None = None
     torch_index: str | None = None
-    find_links: list[str] = []
+    find_links: list[str] = field(default_factory=list)
     registry: str | None = None
     repository: str = "envbuild"
     lock_jobs: int = 4
@@ -99,14 +101,31 @@ def open_project(explicit: str | None = None) -> Project:
     if config_path.is_file():
         try:
             raw: dict[str, Any] = tomllib.loads(config_path.read_text("utf-8"))
-            config = ProjectConfig.model_validate(raw.get("envbuild", raw))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise UsageError(f"{config_path}: not valid TOML: {exc}") from exc
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise UsageError(
-                f"{config_path}: {loc}: {first['msg']}",
-                hint="see README 'Project configuration' for the keys",
-            ) from exc
+        config = _validate_config(raw.get("envbuild", raw), config_path)
     return Project(root=root, config=config)
+
+
+def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
+    """Strict validation (unknown keys and wrong types are errors) of envbuild.toml's table."""
+    from pydantic import TypeAdapter, ValidationError
+    from typing_extensions import TypedDict
+
+    # The accepted keys and types are ProjectConfig's own, so the two cannot drift apart.
+    keys = TypedDict("ProjectConfigKeys", get_type_hints(ProjectConfig), total=False)  # type: ignore[misc]
+    keys.__pydantic_config__ = {"extra": "forbid", "strict": True}  # type: ignore[attr-defined]
+    try:
+        valid = TypeAdapter(keys).validate_python(raw)
+    except ValidationError as exc:
+        problems = []
+        for e in exc.errors():
+            where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+            close = difflib.get_close_matches(where, keys.__annotations__, n=1)
+            guess = f" (did you mean {close[0]}?)" if e["type"] == "extra_forbidden" and close else ""
+            problems.append(f"{where}: {e['msg']}{guess}")
+        raise UsageError(
+            f"{config_path}: " + "; ".join(problems),
+            hint="see README 'Project configuration' for the keys",
+        ) from exc
+    return ProjectConfig(**valid)

@@ -134,3 +134,56 @@ def test_cli_needs_no_click_installed(project: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 20, proc.stderr  # list: 0; an unknown option: 2 (a usage error), no traceback
     assert "cu121-py311" in proc.stdout and "No such option" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _modules_after(argv: list[str], project: Path) -> tuple[int, set[str], str]:
+    """Run the real entry point in a fresh interpreter; return its exit code and heavy imports."""
+    code = (
+        "import sys, json\n"
+        f"sys.argv = ['envbuild', *{argv!r}]\n"
+        "from envbuild.__main__ import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    rc = exc.code\n"
+        "heavy = [m for m in ('pydantic', 'jinja2', 'docker', 'packaging') if m in sys.modules]\n"
+        "print(json.dumps([rc, heavy]), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "ENVBUILD_PROJECT": str(project), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    rc, heavy = json.loads(proc.stderr.strip().splitlines()[-1])
+    return rc, set(heavy), proc.stdout
+
+
+def test_list_and_help_stay_light(project: Path) -> None:
+    # `envbuild list` / `--help` must answer fast: neither may pull in pydantic (~0.2 s) or the
+    # heavier stages' libraries. typer 0.29 would import pydantic to parse `--project`; see _typerspeed.
+    rc, heavy, out = _modules_after(["list"], project)
+    assert rc == 0 and "cu121-py311" in out and heavy == set()
+    rc, heavy, out = _modules_after(["--help"], project)
+    assert rc == 0 and "validate" in out and heavy == set()
+
+
+def test_project_config_still_validated_strictly(project: Path, cli: Cli) -> None:
+    # With an envbuild.toml the config is checked by pydantic: wrong types, unknown keys (with a guess)
+    (project / "envbuild.toml").write_text('[envbuild]\nlock_jobs = "4"\nregistri = "x"\n')
+    res = cli("list", "--project", str(project))
+    assert res.code == 2
+    assert "lock_jobs: Input should be a valid integer" in res.err
+    assert "registri: Extra inputs are not permitted (did you mean registry?)" in res.err
+    (project / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000"\nfind_links = ["/w"]\n')
+    from envbuild.project import open_project
+
+    config = open_project(str(project)).config
+    assert config.registry == "localhost:5000" and config.find_links == ["/w"] and config.lock_jobs == 4
+
+
+def test_fast_option_parsing_keeps_typer_conversions_and_errors(cli: Cli, project: Path) -> None:
+    from envbuild import _typerspeed
+
+    assert _typerspeed.install(), "typer internals moved: the fast path is off and the CLI is ~0.2 s slower"
+    # values that need converting still go through typer: an int given "abc" is a usage error
+    res = cli("lock", "--all", "--jobs", "abc", "--project", str(project))
+    assert res.code == 2 and "Invalid value for '--jobs'" in res.err and "valid integer" in res.err
+    # a str option, a bool flag and a list argument pass through as given
+    res = cli("validate", "cu121-py311", "cpu-py311", "--json", "--project", str(project))
+    assert res.code == 0
+    files = [r["file"] for r in json.loads(res.out)["profiles"]]
+    assert [Path(f).stem for f in files] == ["cu121-py311", "cpu-py311"]
