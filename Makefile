@@ -9,7 +9,7 @@ define run_pytest
 	$(PYTEST) $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: failing" >&2; exit $$rc; }
 endef
 
-.PHONY: help install engine run test e2e check lint typecheck golden bench bench-lock bench-build bench-smoke reliability compat-refresh clean
+.PHONY: help install engine run test e2e check lint typecheck golden bench bench-cli bench-lock bench-build bench-smoke reliability compat-refresh clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -59,6 +59,9 @@ compat-refresh: install ## Re-read the PyPI-derived compat columns (needs PyPI)
 
 bench: install engine ## All benchmarks; writes docs/BENCHMARKS.md
 	$(PY) benchmarks/run.py --all
+
+bench-cli: install ## CLI start-up benchmark only
+	$(PY) benchmarks/run.py cli
 
 bench-lock: install ## Lock benchmark only
 	$(PY) benchmarks/run.py lock

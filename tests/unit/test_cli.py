@@ -161,13 +161,19 @@ def test_list_and_help_stay_light(project: Path) -> None:
     assert rc == 0 and "validate" in out and heavy == set()
 
 
-def test_project_config_still_validated_strictly(project: Path, cli: Cli) -> None:
-    # With an envbuild.toml the config is checked by pydantic: wrong types, unknown keys (with a guess)
-    (project / "envbuild.toml").write_text('[envbuild]\nlock_jobs = "4"\nregistri = "x"\n')
+def test_project_config_validated_strictly(project: Path, cli: Cli) -> None:
+    # envbuild.toml is checked strictly: wrong types (no "4" for 4, no true for 1), unknown keys with a guess
+    (project / "envbuild.toml").write_text(
+        '[envbuild]\nlock_jobs = "4"\nregistri = "x"\nfind_links = ["/a", 3]\nrepository = true\n'
+    )
     res = cli("list", "--project", str(project))
-    assert res.code == 2
-    assert "lock_jobs: Input should be a valid integer" in res.err
-    assert "registri: Extra inputs are not permitted (did you mean registry?)" in res.err
+    assert res.code == 2 and "envbuild.toml: " in res.err
+    assert "lock_jobs: expected an integer, got str '4'" in res.err
+    assert "registri: not a setting (did you mean registry?)" in res.err
+    assert "find_links: expected a list of str values, got list ['/a', 3]" in res.err
+    assert "repository: expected a string, got bool True" in res.err
+    (project / "envbuild.toml").write_text("[envbuild]\nlock_jobs = true\n")
+    assert "lock_jobs: expected an integer, got bool True" in cli("list", "--project", str(project)).err
     (project / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000"\nfind_links = ["/w"]\n')
     from envbuild.project import open_project
 
