@@ -12,7 +12,7 @@ conversion or can be wrong (an int option given "abc"), still goes through typer
 unchanged, so its errors and conversions are typer's.
 
 This leans on typer internals (`typer.core.build_runtime_param`, `typer._coercion`). If they
-move, `install()` does nothing and the CLI is merely slower; tests/unit/test_cli_speed.py notices.
+move, `install()` does nothing and the CLI is merely slower; tests/unit/test_cli.py notices.
 """
 
 from __future__ import annotations

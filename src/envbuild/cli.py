@@ -909,9 +909,3 @@ def run(argv: list[str] | None = None) -> int:
             )
         return 70
     return result if isinstance(result, int) else 0
-
-
-def main() -> None:
-    from envbuild.__main__ import main as entry
-
-    entry()
