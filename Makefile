@@ -9,7 +9,7 @@ define run_pytest
 	$(PYTEST) $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: failing" >&2; exit $$rc; }
 endef
 
-.PHONY: help install engine run test e2e check lint typecheck golden bench bench-cli bench-lock bench-build bench-smoke reliability compat-refresh clean
+.PHONY: help install engine run test e2e check lint typecheck golden bench bench-cli bench-lock bench-build bench-smoke reliability host-smoke compat-refresh clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ golden: install ## Regenerate tests/golden from the shipped profiles (review the
 
 reliability: install ## Write docs/RELIABILITY.md from the last hardening run's figures
 	$(PY) scripts/reliability.py
+
+host-smoke: install ## Smoke checks on this machine's torch (TORCH_PYTHON=its python); report in .envbuild/host-smoke
+	$(PY) scripts/host_smoke.py run --out .envbuild/host-smoke --torch-python "$${TORCH_PYTHON:-python3}"
 
 compat-refresh: install ## Re-read the PyPI-derived compat columns (needs PyPI)
 	$(PY) scripts/refresh_compat.py

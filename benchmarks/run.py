@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -110,8 +111,8 @@ def bench_lock(runs: int) -> str:
     for name in LOCKABLE:
         extra = ["--find-links", WHEELS] if name == "cpu-py311" else []
         cold_cache = {"UV_CACHE_DIR": tempfile.mkdtemp(prefix="bench-uv-")}
-        eb_cold = timed(lambda n=name, e=extra, c=cold_cache: envbuild("lock", n, "--upgrade", *e, cwd=proj, env=c))
-        eb_warm, _ = median_of(runs, lambda n=name, e=extra: envbuild("lock", n, "--upgrade", *e, cwd=proj))
+        eb_cold = timed(functools.partial(envbuild, "lock", name, "--upgrade", *extra, cwd=proj, env=cold_cache))
+        eb_warm, _ = median_of(runs, functools.partial(envbuild, "lock", name, "--upgrade", *extra, cwd=proj))
         prof = json.loads(envbuild("show", name, "--json", cwd=proj).stdout)
         pc: float | None = None
         pc_note = "n/a: pip-compile resolves only for its own interpreter's Python"
@@ -322,7 +323,7 @@ def bench_cli(runs: int) -> str:
         "|---|---|---|---|",
     ]
     for label, cmd, cwd in cases:
-        med, all_runs = median_of(runs, lambda c=cmd, d=cwd: sh(c, cwd=d))
+        med, all_runs = median_of(runs, functools.partial(sh, cmd, cwd=cwd))
         lines.append(f"| `{label}` | {med:.3f} | {min(all_runs):.3f} | {max(all_runs):.3f} |")
     shutil.rmtree(with_config.parent, ignore_errors=True)
     return "\n".join(lines)

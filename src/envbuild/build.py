@@ -88,7 +88,7 @@ def _smoke_sources() -> tuple[str, str]:
     return pkg.joinpath("inside.py").read_text("utf-8"), pkg.joinpath("envbuild-smoke").read_text("utf-8")
 
 
-def expectations(prof: Profile, lock_path: Path) -> dict[str, Any]:
+def expectations(prof: Profile, lock_path: Path | None) -> dict[str, Any]:
     """What the smoke test inside the image must find: the profile's versions and the lock's pins."""
     db = compat.load()
     expect: dict[str, Any] = {
@@ -100,7 +100,7 @@ def expectations(prof: Profile, lock_path: Path) -> dict[str, Any]:
         "cuda": prof.cuda,
         "rocm": prof.rocm,
     }
-    if prof.flavor == "venv":
+    if prof.flavor == "venv" and lock_path is not None:
         pins = lockfile.parse_requirements(lock_path.read_text("utf-8"))
         expect["packages"] = {p.name: p.version for p in pins.values()}
     if prof.cuda:
@@ -187,7 +187,7 @@ def prepare_context(project: Project, prof: Profile, opts: BuildOptions) -> tupl
     shutil.copyfile(lock_path, ctx / lock_path.name)
     (ctx / "smoke" / "envbuild-smoke").chmod(0o755)
     wheels: list[Path] = []
-    if prof.flavor == "venv":
+    if prof.flavor == "venv" and lock_path is not None:
         pins = lockfile.parse_requirements(lock_path.read_text("utf-8"))
         wheels = collect_wheels(pins, eff.find_links)
         for wheel in wheels:

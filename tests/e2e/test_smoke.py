@@ -118,3 +118,38 @@ def test_gpu_profile_without_a_gpu_fails_the_gpu_checks(cpu_venv: Path, tmp_path
     )
     report = json.loads(out.read_text())
     assert _check(report, "gpu")["status"] == "skip" and "--gpus none" in _check(report, "gpu")["reason"]
+
+
+def test_host_smoke_script_on_a_torch_install_without_envbuild(cpu_venv: Path, tmp_path: Path) -> None:
+    # scripts/host_smoke.py is what runs on a GPU host that has torch but not envbuild: wheels of
+    # envbuild's dependencies are fetched here (PyPI), unpacked there, a profile is generated from
+    # the install, validated, and every smoke check runs. The CPU venv stands in for that host.
+    import subprocess
+    import sys
+
+    script = str(REPO / "scripts" / "host_smoke.py")
+    wheels, out = tmp_path / "wheels", tmp_path / "out"
+    fetch = subprocess.run(
+        [sys.executable, script, "wheels", "--python-version", "3.11", "--dest", str(wheels)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert fetch.returncode == 0, fetch.stderr
+    assert not list(wheels.glob("uv-*.whl")) and list(wheels.glob("pydantic_core-*cp311*.whl"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # nothing of this venv leaks in
+    res = subprocess.run(
+        [str(cpu_venv / "bin" / "python"), script, "run", "--out", str(out), "--wheels", str(wheels), "--gpus", "none"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = (out / "report.md").read_text()
+    assert 'name: "cpu-py311-host"' in report and 'torch: "2.13.0"' in report
+    assert "`envbuild validate`: exit 0 (valid)" in report
+    assert "| ddp | pass |" in report and "| gpu | skip |" in report
+    smoke = json.loads((out / "smoke.json").read_text())
+    assert smoke["passed"] and _check(smoke, "versions")["facts"]["executable"] == str(cpu_venv / "bin" / "python")
