@@ -193,3 +193,8 @@ def test_fast_option_parsing_keeps_typer_conversions_and_errors(cli: Cli, projec
     assert res.code == 0
     files = [r["file"] for r in json.loads(res.out)["profiles"]]
     assert [Path(f).stem for f in files] == ["cu121-py311", "cpu-py311"]
+
+
+def test_smoke_local_lock_match_is_checked(cli: Cli, project: Path) -> None:
+    res = cli("smoke", "--local", "cpu-py311", "--lock-match", "loose", "--project", str(project))
+    assert res.code == 2 and "--lock-match 'loose': use exact, pins or none" in res.err
