@@ -21,6 +21,11 @@ WHEELS = os.environ.get("PIP_FIND_LINKS", "/opt/wheels")
 CA = "/etc/ssl/certs/ca-certificates.crt"
 
 
+def local_build(name: str, tag: str) -> list[str]:
+    """`build NAME` as the e2e suite runs it: the debootstrapped base, the wheelhouse, the host CA."""
+    return ["build", name, "--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", tag]
+
+
 def envbuild(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 1800
 ) -> subprocess.CompletedProcess[str]:
@@ -67,20 +72,7 @@ def e2e_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def built_cpu(docker_client: Any, e2e_project: Path, repo_name: str) -> Iterator[dict[str, Any]]:
     """cpu-py311 built for real: debootstrapped bookworm, torch 2.13.0+cpu, the host CA bundle."""
-    res = envbuild(
-        "build",
-        "cpu-py311",
-        "--base",
-        BASE,
-        "--find-links",
-        WHEELS,
-        "--ca-bundle",
-        CA,
-        "--tag",
-        repo_name,
-        "--json",
-        cwd=e2e_project,
-    )
+    res = envbuild(*local_build("cpu-py311", repo_name), "--json", cwd=e2e_project)
     assert res.returncode == 0, res.stderr[-4000:]
     result = json.loads(res.stdout)
     yield result

@@ -15,7 +15,7 @@ import pytest
 
 from envbuild import lockfile
 
-from .conftest import BASE, CA, WHEELS, envbuild
+from .conftest import CA, WHEELS, envbuild, local_build
 
 pytestmark = pytest.mark.e2e
 
@@ -104,21 +104,7 @@ def test_no_ca_bundle_pip_cache_or_wheels_in_any_layer(docker_client: Any, built
 
 
 def test_unchanged_rebuild_is_fully_cached(built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
-    res = envbuild(
-        "build",
-        "cpu-py311",
-        "--base",
-        BASE,
-        "--find-links",
-        WHEELS,
-        "--ca-bundle",
-        CA,
-        "--tag",
-        repo_name,
-        "--json",
-        "--no-smoke",
-        cwd=e2e_project,
-    )
+    res = envbuild(*local_build("cpu-py311", repo_name), "--json", "--no-smoke", cwd=e2e_project)
     assert res.returncode == 0, res.stderr[-3000:]
     again = json.loads(res.stdout)
     assert again["steps"] > 20
@@ -138,9 +124,7 @@ def test_tampered_hash_fails_naming_the_package_and_moves_no_tag(
     numpy_block = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, numpy_block)
     lock_path.write_text(head + numpy_block + rest)
     before = docker_client.images.get(f"{repo_name}:cpu-py311").id
-    res = envbuild(
-        "build", "cpu-py311", "--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", repo_name, cwd=proj
-    )
+    res = envbuild(*local_build("cpu-py311", repo_name), cwd=proj)
     assert res.returncode == 7, res.stderr[-3000:]
     assert "hash mismatch for numpy==2.1.3" in res.stderr
     assert "step:" in res.stderr and "full log:" in res.stderr
@@ -183,21 +167,7 @@ def test_buildkit_builder_builds_the_same_dockerfile(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str
 ) -> None:
     res = envbuild(
-        "build",
-        "cpu-py311",
-        "--builder",
-        "buildkit",
-        "--base",
-        BASE,
-        "--find-links",
-        WHEELS,
-        "--ca-bundle",
-        CA,
-        "--tag",
-        f"{repo_name}-bk",
-        "--no-smoke",
-        "--json",
-        cwd=e2e_project,
+        *local_build("cpu-py311", f"{repo_name}-bk"), "--builder", "buildkit", "--no-smoke", "--json", cwd=e2e_project
     )
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(res.stdout)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ..unit.test_hardening import record
-from .conftest import BASE, CA, WHEELS
+from .conftest import CA, local_build
 
 pytestmark = pytest.mark.e2e
 TOKEN = "S3CRET-envbuild-token-7f3a"  # noqa: S105 - a fake credential the test hunts for
@@ -34,22 +34,7 @@ def _variant(project: Path, name: str, env_value: str) -> None:
 
 
 def _build_cmd(name: str, repo: str, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "envbuild",
-        "build",
-        name,
-        "--base",
-        BASE,
-        "--find-links",
-        WHEELS,
-        "--ca-bundle",
-        CA,
-        "--tag",
-        repo,
-        *extra,
-    ]
+    return [sys.executable, "-m", "envbuild", *local_build(name, repo), *extra]
 
 
 def test_two_profiles_built_at_once(
