@@ -246,14 +246,20 @@ def render_report(
 
 
 def cmd_wheels(args: argparse.Namespace) -> int:
-    from envbuild._compat import tomllib  # run from the repository: src/ is importable
+    from packaging.requirements import Requirement
 
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    # uv is only for `envbuild lock`, which a host without network cannot run anyway (~20 MB)
-    wanted = [d for d in deps if not d.replace(" ", "").startswith(("uv>", "uv=", "uv;", "tomli>", "tomli;"))]
+    from envbuild._compat import tomllib  # run from the repository's venv: envbuild is importable
+
+    version = args.python_version
+    target = {"python_version": version, "python_full_version": f"{version}.0"}
+    deps = [Requirement(d) for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    # uv is only for `envbuild lock`, which a host without network cannot run anyway (~20 MB).
+    # Markers are decided here for the target Python: pip would judge them by its own interpreter.
+    wanted = [
+        f"{r.name}{r.specifier}" for r in deps if r.name != "uv" and (r.marker is None or r.marker.evaluate(target))
+    ]
     dest = Path(args.dest)
     dest.mkdir(parents=True, exist_ok=True)
-    version = args.python_version
     cmd = [
         sys.executable,
         "-m",
