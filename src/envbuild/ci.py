@@ -19,6 +19,18 @@ CPU_RUNNER = "ubuntu-24.04"
 GPU_RUNNERS = {"cuda": "gpu-nvidia", "rocm": "gpu-amd"}
 
 
+# Both jobs start the same way: a checkout that keeps no token, Python, envbuild itself.
+_INSTALL_STEPS = (
+    f"      - uses: {ACTIONS['checkout']}  # {ACTION_VERSIONS['checkout']}",
+    "        with:",
+    "          persist-credentials: false",
+    f"      - uses: {ACTIONS['setup-python']}  # {ACTION_VERSIONS['setup-python']}",
+    "        with:",
+    '          python-version: "3.11"',
+    "      - run: pip install .",
+)
+
+
 def profiles(project: Project) -> list[profile_mod.Profile]:
     out = []
     for name in project.profile_names():
@@ -85,13 +97,7 @@ def github_workflow(project: Project, registry: str = "ghcr.io/${{ github.reposi
         "  lock-check:",
         f"    runs-on: {CPU_RUNNER}",
         "    steps:",
-        f"      - uses: {ACTIONS['checkout']}  # {ACTION_VERSIONS['checkout']}",
-        "        with:",
-        "          persist-credentials: false",
-        f"      - uses: {ACTIONS['setup-python']}  # {ACTION_VERSIONS['setup-python']}",
-        "        with:",
-        '          python-version: "3.11"',
-        "      - run: pip install .",
+        *_INSTALL_STEPS,
         "      - run: envbuild validate --all",
         "      - run: envbuild lock --check --all",
         "      - run: envbuild ci github --check -o .github/workflows/envbuild.yml",
@@ -110,13 +116,7 @@ def github_workflow(project: Project, registry: str = "ghcr.io/${{ github.reposi
         lines.append(f"          - {json.dumps(row, sort_keys=True)}")
     lines += [
         "    steps:",
-        f"      - uses: {ACTIONS['checkout']}  # {ACTION_VERSIONS['checkout']}",
-        "        with:",
-        "          persist-credentials: false",
-        f"      - uses: {ACTIONS['setup-python']}  # {ACTION_VERSIONS['setup-python']}",
-        "        with:",
-        '          python-version: "3.11"',
-        "      - run: pip install .",
+        *_INSTALL_STEPS,
         "      - name: Doctor",
         "        run: envbuild doctor",
         "      - name: Build and smoke-test",
