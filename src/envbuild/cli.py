@@ -228,34 +228,28 @@ def compat_(
         output.emit_json(payload)
         return
     con = output.out()
+    # Seven columns so the table reads on an 80-column terminal; --json has every field.
+    unverified = [r.release for r in rows if r.confidence != "verified"]
+    caption = "* PyPI's default wheel; the other CUDA builds come from the PyTorch index"
+    if unverified:
+        caption += f"\n? unverified compat data: {', '.join(unverified)} (see `compat torch==X --json`)"
     con.print(
         output.table(
             f"PyTorch compatibility (collected {db.collected})",
-            [
-                "torch",
-                "python",
-                "CUDA builds",
-                "PyPI wheel",
-                "ROCm",
-                "torchvision",
-                "torchaudio",
-                "numpy 2",
-                "data",
-            ],
+            ["torch", "python", "CUDA builds", "ROCm", "torch\nvision", "torch\naudio", "numpy 2"],
             [
                 [
-                    r.release,
+                    r.release + (" ?" if r.confidence != "verified" else ""),
                     f"{r.python[0]}-{r.python[1]}",
-                    ", ".join(r.cuda_builds),
-                    f"cu{r.pypi_cuda.replace('.', '')}",
+                    ", ".join(c + ("*" if c == r.pypi_cuda else "") for c in r.cuda_builds),
                     ", ".join(r.rocm_builds),
                     r.torchvision,
                     r.torchaudio,
-                    "yes" if db.numpy2_allowed(r.release) else "no (<2)",
-                    r.confidence,
+                    "yes" if db.numpy2_allowed(r.release) else "no",
                 ]
                 for r in rows
             ],
+            caption=caption,
         )
     )
     if spec:

@@ -26,12 +26,21 @@ def emit_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
-def table(title: str | None, columns: list[str], rows: list[list[str]]) -> Any:
-    from rich.table import Table
+_MAX_MIN_WIDTH = 16
 
-    t = Table(title=title, show_lines=False, header_style="bold")
-    for col in columns:
-        t.add_column(col)
+
+def table(title: str | None, columns: list[str], rows: list[list[str]], caption: str | None = None) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=title, caption=caption, show_lines=False, header_style="bold", caption_justify="left")
+    for i, col in enumerate(columns):
+        # rich shrinks every column alike on a narrow terminal, so "3.10-3.14" became "3.10-…"
+        # while a wrappable neighbour had room: a column never gets narrower than its longest
+        # word (capped, so one long path cannot push the rest off the screen).
+        cells = [col, *(Text.from_markup(r[i]).plain for r in rows if i < len(r))]
+        words = [w for cell in cells for w in cell.split()]
+        t.add_column(col, min_width=min(max(map(len, words), default=1), _MAX_MIN_WIDTH))
     for row in rows:
         t.add_row(*row)
     return t

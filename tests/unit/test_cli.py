@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from ..conftest import Result
 
 Cli = Callable[..., Result]
@@ -103,7 +105,24 @@ def test_compat_one_release(cli: Cli) -> None:
 
 def test_compat_table(cli: Cli) -> None:
     res = cli("compat")
-    assert res.code == 0 and "2.15" in res.out and "unverified" in res.out
+    assert res.code == 0 and "2.15 ?" in res.out and "unverified compat data: 2.15" in res.out
+    assert "11.8, 12.1*" in res.out  # torch 2.3: PyPI's wheel is the cu121 build
+
+
+def test_compat_table_reads_on_an_80_column_terminal(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild import output
+
+    monkeypatch.setenv("COLUMNS", "80")
+    output.out.cache_clear()
+    try:
+        res = cli("compat")
+    finally:
+        output.out.cache_clear()
+    lines = res.out.splitlines()
+    assert res.code == 0 and max(map(len, lines)) <= 80
+    # nothing cut to an ellipsis: every Python range and header is whole
+    assert "…" not in res.out
+    assert any("3.10-3.14" in line and "0.26" in line for line in lines)
 
 
 def test_bad_config_file(cli: Cli, project: Path) -> None:
