@@ -1,10 +1,25 @@
 """`envbuild` and `python -m envbuild` start here."""
 
+import signal
 import sys
+from types import FrameType
+
+_signalled: list[int] = []
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM (docker stop, a cancelled CI job, `timeout`) unwinds like Ctrl-C, so the same
+    # cleanups run: the smoke container is removed, temporary files go, no tag moves.
+    if _signalled:
+        return  # a second SIGTERM must not cut the cleanup the first one started short
+    _signalled.append(signum)
+    raise KeyboardInterrupt
 
 
 def main() -> None:
     import gc
+
+    signal.signal(signal.SIGTERM, _terminated)
 
     # Start-up creates a few hundred thousand objects (typer, the command tree) that live until
     # exit; letting the cycle collector walk them again and again while they are being created
@@ -15,7 +30,11 @@ def main() -> None:
     cli.prepare()
     gc.freeze()
     gc.enable()
-    sys.exit(cli.run(sys.argv[1:]))
+    code = cli.run(sys.argv[1:])
+    if _signalled:
+        print("envbuild: terminated; cleaned up what it had started", file=sys.stderr)
+        code = 128 + _signalled[0]
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +55,27 @@ def docker_client() -> Any:
     except Exception:
         pytest.fail(f"the e2e suite needs the base image {BASE} (run `make engine`)")
     return cli
+
+
+@pytest.fixture(scope="session", autouse=True)
+def engine_left_as_found(docker_client: Any) -> Iterator[None]:
+    """Whatever containers and tags the suite made go at the end, even after a failed test.
+
+    Tests clean up after themselves; this catches what a killed build (by design) or a failed
+    assertion leaves, so a developer's engine does not fill up run after run.
+    """
+    containers = {c.id for c in docker_client.containers.list(all=True)}
+    tags = {t for image in docker_client.images.list() for t in image.tags}
+    yield
+    for container in docker_client.containers.list(all=True):
+        if container.id not in containers:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+    for image in docker_client.images.list():
+        for tag in image.tags:
+            if tag not in tags:
+                with contextlib.suppress(Exception):
+                    docker_client.images.remove(tag, force=True)
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +77,65 @@ def test_gpu_request_on_a_host_without_gpus(docker_client: Any, built_cpu: dict[
         docker_client.images.remove(image.id, force=True, noprune=True)
     assert res.returncode == 8, res.stdout + res.stderr
     assert "the smoke container did not start" in res.stderr and "NVIDIA container toolkit" in res.stderr
+    # the engine created the container before refusing to start it; it must not stay behind
+    assert _smoke_containers(docker_client, image.id) == []
+
+
+def _smoke_containers(docker_client: Any, image: str) -> list[Any]:
+    return list(docker_client.containers.list(all=True, filters={"label": f"{host.SMOKE_LABEL}={image}"}))
+
+
+def test_sigterm_during_a_smoke_run_removes_its_container(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    image = built_cpu["image_id"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envbuild", "smoke", image, "--gpus", "none"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(c.status == "running" for c in _smoke_containers(docker_client, image)):
+            assert proc.poll() is None and time.monotonic() < deadline, "the smoke container never ran"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for leftover in _smoke_containers(docker_client, image):
+            leftover.remove(force=True)
+            pytest.fail(f"SIGTERM left the smoke container {leftover.short_id} behind")
+    assert proc.returncode == 143 and "terminated" in err, err
+
+
+def test_sweep_removes_only_smoke_containers_that_finished(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    # what a SIGKILLed envbuild leaves: a finished smoke container; the next smoke run sweeps it
+    image = built_cpu["image_id"]
+    label = {host.SMOKE_LABEL: image}
+    quick = [host.SMOKE_COMMAND, "--help"]
+    finished = docker_client.containers.create(image, quick, labels=label)
+    running = docker_client.containers.create(image, [host.SMOKE_COMMAND, "--gpus", "none"], labels=label)
+    inherited = docker_client.containers.create(image, ["true"], labels=label)  # label from a committed image
+    foreign = docker_client.containers.create(image, quick)
+    never_started = docker_client.containers.create(image, quick, labels=label)  # killed before start
+    ours = (finished, never_started, running, inherited, foreign)
+    try:
+        for c in (finished, running, inherited, foreign):
+            c.start()
+        for c in (finished, inherited, foreign):
+            assert c.wait(timeout=60)["StatusCode"] == 0
+        # other runs' leftovers may go too: only these containers are asserted on
+        swept = host.sweep_stale(docker_client)  # seconds old: they may belong to a live run
+        assert finished.id not in swept and never_started.id not in swept
+        swept = host.sweep_stale(docker_client, older_than=0)
+        assert [c.id in swept for c in ours] == [True, True, False, False, False]
+        left = {c.id for c in docker_client.containers.list(all=True)}
+        assert not {finished.id, never_started.id} & left and {running.id, inherited.id, foreign.id} <= left
+    finally:
+        for c in ours:
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
 
 
 def test_local_mode_passes_on_the_cpu_venv(cpu_venv: Path, tmp_path: Path) -> None:

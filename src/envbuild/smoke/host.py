@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,11 @@ from envbuild.errors import SmokeError
 from envbuild.fsutil import atomic_write_many
 
 SHM_SIZE = "2g"
+# Every smoke container carries this label (value: the image), so leftovers can be found. Not
+# "io.envbuild.smoke": a container inherits its image's labels, and that one marks tested images.
+SMOKE_LABEL = "io.envbuild.smoke-container"
+STALE_AFTER_S = 600.0
+SMOKE_COMMAND = "envbuild-smoke"
 
 
 def host_has_gpu(accelerator: str) -> bool:
@@ -39,6 +45,45 @@ def _gpu_kwargs(accelerator: str, gpus: str) -> dict[str, Any]:
     return {"device_requests": [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]}
 
 
+def sweep_stale(cli: Any, older_than: float = STALE_AFTER_S) -> list[str]:
+    """Remove smoke containers that finished long ago: what a killed envbuild could not remove.
+
+    Only exited or never-started ones, and only after `older_than` seconds, so a concurrent run
+    that is about to start its container or still reading its logs keeps it. Returns the removed
+    containers' ids.
+    """
+    import docker
+
+    removed: list[str] = []
+    now = datetime.now(timezone.utc)
+    filters = {"label": SMOKE_LABEL, "status": ["exited", "created"]}
+    for container in cli.containers.list(all=True, filters=filters):
+        # a "created" one was never started (envbuild killed between create and start): its age
+        # counts from its creation, an exited one's from when it finished
+        state = container.attrs.get("State", {})
+        since = _parse_docker_time(
+            container.attrs.get("Created", "") if state.get("Status") == "created" else state.get("FinishedAt", "")
+        )
+        if since is None or (now - since).total_seconds() < older_than:
+            continue
+        if (container.attrs.get("Config", {}).get("Cmd") or [""])[0] != SMOKE_COMMAND:
+            continue  # a committed smoke container's label lives on in its image: not ours
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+            removed.append(container.id)
+    return removed
+
+
+def _parse_docker_time(value: str) -> datetime | None:
+    # the engine writes RFC 3339 with nanoseconds ("2026-11-30T03:33:19.783827201Z")
+    head, _, frac = value.rstrip("Z").partition(".")
+    try:
+        stamp = datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return stamp + timedelta(microseconds=int((frac + "000000")[:6])) if frac.isdigit() else stamp
+
+
 def run_in_image(
     cli: Any,
     image: str,
@@ -54,27 +99,34 @@ def run_in_image(
     import docker
     import requests
 
-    command = ["envbuild-smoke", "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
-    kwargs: dict[str, Any] = {"detach": True, **_gpu_kwargs(accelerator, gpus)}
+    command = [SMOKE_COMMAND, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
+    kwargs: dict[str, Any] = dict(_gpu_kwargs(accelerator, gpus))
     if ipc_host:
         kwargs["ipc_mode"] = "host"
     elif shm_size:
         kwargs["shm_size"] = shm_size
+    sweep_stale(cli)
     try:
-        cli.images.get(image)  # never let `run` fall back to pulling from a registry
-        container = cli.containers.run(image, command, **kwargs)
+        # create, then start: docker-py's containers.run() leaves the created container behind
+        # when the start fails (a GPU request on a host without the NVIDIA runtime does)
+        container = cli.containers.create(image, command, labels={SMOKE_LABEL: image}, **kwargs)
     except docker.errors.ImageNotFound as exc:
         raise SmokeError(f"no image {image} in the engine", hint="build it (envbuild build NAME) or pull it") from exc
     except docker.errors.APIError as exc:
-        raise SmokeError(
-            f"the smoke container did not start: {exc.explanation or exc}",
-            hint="for GPUs install the NVIDIA container toolkit, or pass --gpus none",
-        ) from exc
+        raise SmokeError(f"the smoke container could not be created: {exc.explanation or exc}") from exc
+    # From here on every way out removes the container, a SIGTERM in the middle of start()
+    # included (the engine may already run it while the client still waits for the answer).
     try:
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            raise SmokeError(
+                f"the smoke container did not start: {exc.explanation or exc}",
+                hint="for GPUs install the NVIDIA container toolkit, or pass --gpus none",
+            ) from exc
         try:
             status = container.wait(timeout=timeout)
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
-            container.kill()
             raise SmokeError(
                 f"the smoke test did not finish within {timeout:.0f}s and was stopped",
                 hint="raise --timeout, or look for a hung collective (NCCL_DEBUG=INFO)",
