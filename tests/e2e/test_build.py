@@ -15,7 +15,7 @@ import pytest
 
 from envbuild import lockfile
 
-from .conftest import CA, WHEELS, envbuild, local_build
+from .conftest import BASE, CA, WHEELS, envbuild, local_build
 
 pytestmark = pytest.mark.e2e
 
@@ -101,6 +101,15 @@ def test_no_ca_bundle_pip_cache_or_wheels_in_any_layer(docker_client: Any, built
             assert not any(c in data for c in secret_certs), f"the host's CA certificate is in {name}"
     history = json.dumps(docker_client.images.get(built_cpu["image_id"]).history())
     assert "ca-bundle" not in history.replace("/tmp/envbuild/certs/ca-bundle.crt", "") or "COPY certs" not in history
+
+
+def test_no_downloaded_debs_beyond_what_the_base_had(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    # the debootstrapped base has no docker-clean hook: without `apt-get clean` the runtime stage
+    # kept every .deb it installed (~80 MB on this base)
+    listing = ["bash", "-c", "ls /var/cache/apt/archives/ | grep '[.]deb$' || true"]
+    in_image = set(_run(docker_client, built_cpu["image_id"], *listing).split())
+    in_base = set(_run(docker_client, BASE, *listing).split())
+    assert in_image <= in_base, sorted(in_image - in_base)[:5]
 
 
 def test_unchanged_rebuild_is_fully_cached(built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
