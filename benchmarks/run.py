@@ -244,8 +244,8 @@ def bench_build(runs: int) -> str:
         "| image | size | vs envbuild |",
         "|---|---|---|",
         f"| envbuild cpu-py311 | {size / gb:.2f} GB | 1.00x |",
-        f"| naive single-stage (same packages, pip) | {naive_size / gb:.2f} GB | envbuild is {size / naive_size:.2f}x of it (goal <= 0.8x) |",
-        f"| floor: base image + /opt/venv | {floor / gb:.2f} GB ({base_size / gb:.2f} + {venv_bytes / gb:.2f}) | envbuild is {size / floor:.2f}x of it (goal <= 1.1x) |",
+        f"| naive single-stage (same packages, pip) | {naive_size / gb:.2f} GB | envbuild is {size / naive_size:.3f}x of it (goal <= 0.8x) |",
+        f"| floor: base image + /opt/venv | {floor / gb:.2f} GB ({base_size / gb:.2f} + {venv_bytes / gb:.2f}) | envbuild is {size / floor:.3f}x of it (goal <= 1.1x) |",
         "",
         "Sizes are the engine's uncompressed image sizes. The naive image carries the copied wheel "
         "(its own layer) and pip's cache; envbuild's runtime stage carries neither, nor the CA bundle.",
