@@ -157,6 +157,67 @@ def test_local_mode_passes_on_the_cpu_venv(cpu_venv: Path, tmp_path: Path) -> No
     assert report["passed"] and _check(report, "ddp")["status"] == "pass"
 
 
+def _processes() -> dict[int, tuple[str, int, str]]:
+    """{pid: (state, parent pid, start time)} from /proc, zombies left out."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited while we looked
+        if fields[0] != "Z":
+            found[int(stat.parent.name)] = (fields[0], int(fields[1]), fields[19])
+    return found
+
+
+def _tree(root: int, procs: dict[int, tuple[str, int, str]]) -> set[tuple[int, str]]:
+    """(pid, start time) of `root` and everything below it."""
+    members, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs:
+            members.add((pid, procs[pid][2]))
+            todo += [child for child, (_, parent, _) in procs.items() if parent == pid]
+    return members
+
+
+def _find_process(needle: str) -> int | None:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if needle in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                return int(cmdline.parent.name)
+        except OSError:
+            continue
+    return None
+
+
+def test_sigterm_during_local_mode_stops_every_rank(cpu_venv: Path) -> None:
+    python = str(cpu_venv / "bin" / "python")
+    cmd = [sys.executable, "-m", "envbuild", "smoke", "--local", "cpu-py311", "--python", python]
+    proc = subprocess.Popen([*cmd, "--lock-match", "none"], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        running: set[tuple[int, str]] = set()
+        while time.monotonic() < deadline:  # until the DDP ranks run: smoke + forkserver + ranks
+            smoke = _find_process("smoke/inside.py --expect")
+            running = _tree(smoke, _processes()) if smoke else set()
+            if len(running) >= 4:
+                break
+            assert proc.poll() is None, "the smoke run ended before its DDP check started"
+            time.sleep(0.2)
+        else:
+            pytest.fail("the DDP ranks never started")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    time.sleep(1)
+    alive = {(pid, start) for pid, (_, _, start) in _processes().items()}
+    assert not running & alive, f"still running after the interrupt: {sorted(running & alive)}"
+
+
 def test_gpu_profile_without_a_gpu_fails_the_gpu_checks(cpu_venv: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     res = envbuild(

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -179,23 +180,31 @@ def run_local(
             lock_match,
         ]
         try:
-            proc = subprocess.run(
+            # its own session: the DDP ranks and their forkserver are in that process group, so a
+            # timeout or an interrupt stops all of them, not just the parent
+            proc = subprocess.Popen(
                 cmd,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=wall_timeout,
-                check=False,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired as exc:
-            raise SmokeError(f"the smoke test did not finish within {wall_timeout:.0f}s") from exc
         except OSError as exc:
             raise SmokeError(f"cannot run {cmd[0]}: {exc}") from exc
+        try:
+            stdout, stderr = proc.communicate(timeout=wall_timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise SmokeError(f"the smoke test did not finish within {wall_timeout:.0f}s") from exc
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the ranks of a finished run are gone already
+            proc.wait()
     try:
-        report: dict[str, Any] = json.loads(proc.stdout)
+        report: dict[str, Any] = json.loads(stdout)
     except ValueError as exc:
         raise SmokeError(
-            f"the smoke test crashed (exit {proc.returncode}):\n{proc.stderr[-2000:]}",
+            f"the smoke test crashed (exit {proc.returncode}):\n{stderr[-2000:]}",
             hint="does that interpreter have torch and numpy?",
         ) from exc
     report["exit_code"] = proc.returncode
