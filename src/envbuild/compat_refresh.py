@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import urllib.request
+from datetime import date
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -27,12 +28,19 @@ _LIBS = {
 
 
 def linux_libs(resolved: dict[str, str]) -> dict[str, str]:
-    """GPU library versions among a resolved set of {package: version}."""
+    """GPU library versions among a resolved set of {package: version}.
+
+    From torch 2.11 the wheel pins cuda-toolkit, which admits any patch of the runtime package:
+    the runtime's resolved version then only says what NVIDIA published last, so it is left out
+    (it would make every refresh report drift).
+    """
     found: dict[str, str] = {}
     for name, version in resolved.items():
         for key, pattern in _LIBS.items():
             if pattern.fullmatch(name.lower()):
                 found[key] = version
+    if "cuda_toolkit" in found:
+        found.pop("cuda_runtime", None)
     return found
 
 
@@ -74,7 +82,7 @@ def resolve_with_uv(torch: str, python: str) -> dict[str, str]:
 
 
 def cuda_of(libs: dict[str, str]) -> str | None:
-    version = libs.get("cuda_runtime") or libs.get("cuda_toolkit")
+    version = libs.get("cuda_toolkit") or libs.get("cuda_runtime")
     if not version:
         return None
     v = Version(version)
@@ -95,8 +103,14 @@ def _get(url: str) -> Any:
         return json.load(resp)
 
 
-def refresh(data: dict[str, Any], fetch: Any = _get, resolve: Any = resolve_with_uv) -> list[str]:
-    """Update `data` in place from PyPI; returns a line per changed value."""
+def refresh(
+    data: dict[str, Any], fetch: Any = _get, resolve: Any = resolve_with_uv, today: str | None = None
+) -> list[str]:
+    """Update `data` in place from PyPI; returns a line per changed value.
+
+    A column this fills in is marked as read from PyPI (a GUESS it replaces stops being one), and
+    the PYPI source carries the date of the read.
+    """
     index = fetch(PYPI_JSON.format(name="torch"))
     releases: dict[str, Any] = index["releases"]
     changes: list[str] = []
@@ -118,14 +132,23 @@ def refresh(data: dict[str, Any], fetch: Any = _get, resolve: Any = resolve_with
         if cuda and cuda != row["pypi_cuda"]:
             changes.append(f"{minor}: pypi_cuda {row['pypi_cuda']} -> {cuda}")
             row["pypi_cuda"] = cuda
+        if "cuda_toolkit" in libs and "cuda_runtime" in row["pypi_libs"]:
+            changes.append(f"{minor}: cuda_runtime {row['pypi_libs'].pop('cuda_runtime')} -> (pinned by cuda_toolkit)")
         for key, value in libs.items():
-            if key != "cuda_toolkit" and row["pypi_libs"].get(key) != value:
+            if row["pypi_libs"].get(key) != value:
                 changes.append(f"{minor}: {key} {row['pypi_libs'].get(key)} -> {value}")
                 row["pypi_libs"][key] = value
+        sources = row.setdefault("sources", {})
+        if cuda and sources.get("pypi", "PYPI") != "PYPI":
+            changes.append(f"{minor}: pypi source {sources['pypi']} -> PYPI (torch {newest})")
+            sources["pypi"] = "PYPI"
         pythons = python_tags([f["filename"] for f in releases[newest]])
         lo, hi = Version(row["python"][0]), Version(row["python"][1])
         extra = [p for p in pythons if not lo <= Version(p) <= hi]
         if extra != row.get("python_pypi_extra", []):
             changes.append(f"{minor}: python_pypi_extra {row.get('python_pypi_extra')} -> {extra}")
             row["python_pypi_extra"] = extra
+    if changes and "PYPI" in data.get("sources", {}):
+        day = today or date.today().isoformat()
+        data["sources"]["PYPI"] = re.sub(r"read \d{4}-\d\d-\d\d", f"read {day}", data["sources"]["PYPI"])
     return changes

@@ -15,7 +15,8 @@ def test_linux_libs_and_cuda_from_a_resolution() -> None:
         "numpy": "2.3.5",
     }
     libs = linux_libs(resolved)
-    assert libs == {"cuda_runtime": "13.0.96", "cuda_toolkit": "13.0.3.0", "cudnn": "9.24.0.43", "nccl": "2.30.7"}
+    # cuda-toolkit pins the CUDA release; the runtime package's patch floats under it
+    assert libs == {"cuda_toolkit": "13.0.3.0", "cudnn": "9.24.0.43", "nccl": "2.30.7"}
     assert cuda_of(libs) == "13.0"
     assert cuda_of(linux_libs({"nvidia-cuda-runtime-cu12": "12.1.105"})) == "12.1"
     assert cuda_of({}) is None
@@ -61,3 +62,37 @@ def test_refresh_reports_and_applies_drift() -> None:
     assert "2.5: python_pypi_extra [] -> ['3.13']" in changes
     row = data["torch"][0]
     assert row["pypi_cuda"] == "12.4" and row["pypi_libs"]["cuda_runtime"] == "12.4.127"
+
+
+def test_refresh_replaces_a_guess_and_dates_the_source() -> None:
+    # torch 2.15.0 as PyPI had it on 2026-11-30: cuda-toolkit 13.2.2, not the 13.0 carried over from 2.14
+    data = {
+        "sources": {"PYPI": "metadata of the Linux x86_64 wheels on PyPI, read 2026-11-29"},
+        "torch": [
+            {
+                "release": "2.15",
+                "python": ["3.11", "3.15"],
+                "python_pypi_extra": [],
+                "pypi_cuda": "13.0",
+                "pypi_libs": {"cuda_runtime": "13.0.2"},
+                "sources": {"pypi": "GUESS", "cuda_builds": "GUESS (as 2.14)"},
+            }
+        ],
+    }
+    index = {"releases": {"2.15.0": [{"filename": "torch-2.15.0-cp312-cp312-manylinux_2_28_x86_64.whl"}]}}
+    resolved = {
+        "torch": "2.15.0",
+        "cuda-toolkit": "13.2.2",
+        "nvidia-cuda-runtime": "13.2.86",
+        "nvidia-cudnn-cu13": "9.26.0.51",
+        "nvidia-nccl-cu13": "2.30.7",
+    }
+    changes = refresh(data, fetch=lambda _url: index, resolve=lambda v, py: resolved, today="2026-11-30")
+    row = data["torch"][0]
+    assert row["pypi_cuda"] == "13.2"
+    assert row["pypi_libs"] == {"cuda_toolkit": "13.2.2", "cudnn": "9.26.0.51", "nccl": "2.30.7"}
+    assert row["sources"] == {"pypi": "PYPI", "cuda_builds": "GUESS (as 2.14)"}  # only what was read
+    assert "2.15: pypi source GUESS -> PYPI (torch 2.15.0)" in changes
+    assert data["sources"]["PYPI"].endswith("read 2026-11-30")
+    # a second run finds nothing to change: no churn from the floating runtime patch
+    assert refresh(data, fetch=lambda _url: index, resolve=lambda v, py: resolved, today="2026-12-01") == []
