@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import datetime
 import glob
+import itertools
 import json
 import math
 import multiprocessing as mp
@@ -202,6 +203,48 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
+def _arch_number(entry: str) -> tuple[int, str] | None:
+    """ "sm_90a" -> (90, "a"); "compute_120" -> (120, ""); anything else -> None."""
+    tail = entry.split("_", 1)[1] if "_" in entry else ""
+    digits = "".join(itertools.takewhile(str.isdigit, tail))
+    return (int(digits), tail[len(digits) :]) if digits else None
+
+
+def arch_covers(capability: str, arch_list: list[str]) -> bool:
+    """Whether a build with `arch_list` (torch.cuda.get_arch_list()) runs kernels on a GPU of
+    compute capability `capability` ("9.0"): its own SASS (sm_90, sm_90a), or PTX of an
+    older architecture that the driver compiles for it (compute_80 on sm_90). Arch-specific
+    PTX (compute_90a) is not forward compatible."""
+    major, _, minor = capability.partition(".")
+    cap = int(major) * 10 + int(minor or 0)
+    for entry in arch_list:
+        parsed = _arch_number(entry)
+        if parsed is None:
+            continue
+        number, suffix = parsed
+        if entry.startswith("sm_") and number == cap:
+            return True
+        if entry.startswith("compute_") and (number == cap or (number < cap and not suffix)):
+            return True
+    return False
+
+
+def driver_verdict(driver: str, floor: dict[str, str], cuda: str) -> tuple[str | None, str | None]:
+    """(problem, note) for an NVIDIA driver against a CUDA release's floors from the compat data.
+
+    Below the minor-version-compatibility floor nothing runs; between it and the full-support
+    floor kernels run, but features that need a newer driver (e.g. PTX JIT of newer code) do not.
+    """
+    if version_tuple(driver) < version_tuple(floor["minor_floor"]):
+        return f"driver {driver} is older than {floor['minor_floor']}, the oldest that runs CUDA {cuda}", None
+    if version_tuple(driver) < version_tuple(floor["min_driver"]):
+        return None, (
+            f"driver {driver} runs CUDA {cuda} through minor-version compatibility "
+            f"(full support from {floor['min_driver']})"
+        )
+    return None, None
+
+
 def check_gpu(ctx: Context, r: Result) -> None:
     if ctx.accelerator == "cpu":
         raise Skip("CPU profile: no GPU checks")
@@ -236,27 +279,28 @@ def check_gpu(ctx: Context, r: Result) -> None:
         if ctx.accelerator == "rocm":
             info["arch"] = getattr(props, "gcnArchName", "?")
         devices.append(info)
-        if ctx.accelerator == "cuda":
-            sm = [a.split("_", 1)[1] for a in arch_list if a.startswith("sm_")]
-            ptx = [int(a.split("_", 1)[1]) for a in arch_list if a.startswith("compute_")]
-            if cap not in sm and not any(p <= int(cap) for p in ptx):
-                problems.append(f"GPU {i} ({props.name}, sm_{cap}) is not in this build's architectures {arch_list}")
-                continue
+        if ctx.accelerator == "cuda" and not arch_covers(f"{props.major}.{props.minor}", arch_list):
+            problems.append(f"GPU {i} ({props.name}, sm_{cap}) is not in this build's architectures {arch_list}")
+            continue
         try:
             # A real kernel with a known answer: is_available() alone passes where kernels cannot run.
-            x = torch.arange(1 << 20, device=f"cuda:{i}", dtype=torch.float32)
-            got = float((x * 2 + 1).sum().item())
-            expected = float((1 << 20) ** 2)  # sum of 2k+1 for k < n is n^2
+            # Integers, so the answer is exact whatever order the reduction adds in.
+            n = 1 << 20
+            x = torch.arange(n, device=f"cuda:{i}", dtype=torch.int64)
+            got = int((x * 2 + 1).sum().item())
             a = torch.randn(256, 256, generator=torch.Generator().manual_seed(i))
             mm = (a.to(f"cuda:{i}") @ a.to(f"cuda:{i}")).cpu().double()
             ref = a.double() @ a.double()
             torch.cuda.synchronize(i)
-            info["kernel"] = "ok"
-            if abs(got - expected) > expected * 1e-6:
-                problems.append(f"GPU {i}: elementwise kernel returned {got}, expected {expected}")
+            wrong = []
+            if got != n * n:  # the sum of 2k+1 for k < n is n^2
+                wrong.append(f"elementwise kernel returned {got}, expected {n * n}")
             if not torch.allclose(mm, ref, rtol=1e-2, atol=1e-1):
-                problems.append(f"GPU {i}: matmul differs from the CPU reference")
+                wrong.append("matmul differs from the CPU reference")
+            info["kernel"] = "wrong answer" if wrong else "ok"
+            problems += [f"GPU {i}: {w}" for w in wrong]
         except RuntimeError as exc:
+            info["kernel"] = "launch failed"
             problems.append(f"GPU {i} ({props.name}): kernel launch failed: {str(exc).splitlines()[0]}")
     r.facts["devices"] = devices
     if ctx.accelerator == "cuda":
@@ -264,16 +308,11 @@ def check_gpu(ctx: Context, r: Result) -> None:
         r.facts["driver"] = driver
         floor = ctx.expect.get("driver_floor") or {}
         if driver and floor:
-            if version_tuple(driver) < version_tuple(floor["minor_floor"]):
-                problems.append(
-                    f"driver {driver} is older than {floor['minor_floor']}, "
-                    f"the oldest that runs CUDA {ctx.expect.get('cuda')}"
-                )
-            elif version_tuple(driver) < version_tuple(floor["min_driver"]):
-                r.facts["driver_note"] = (
-                    f"driver {driver} runs CUDA {ctx.expect.get('cuda')} through minor-version "
-                    f"compatibility (full support from {floor['min_driver']})"
-                )
+            problem, note = driver_verdict(driver, floor, str(ctx.expect.get("cuda")))
+            if problem:
+                problems.append(problem)
+            if note:
+                r.facts["driver_note"] = note
     if problems:
         raise CheckFailed(
             "; ".join(problems),

@@ -1,0 +1,63 @@
+"""The GPU check's decisions that need no GPU: architecture coverage and the driver floor.
+
+CI has no GPU, so these are the parts of the gpu check that can be proven on every run; the
+kernels themselves run on a GPU host (scripts/host_smoke.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from envbuild.smoke.inside import arch_covers, driver_verdict, version_tuple
+
+# torch 2.11 +cu130's list as reported by torch.cuda.get_arch_list(), and an older cu118 one
+CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+CU118 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+
+
+@pytest.mark.parametrize(
+    ("capability", "arch_list", "runs"),
+    [
+        ("9.0", CU130, True),  # H100 / H200: own SASS
+        ("12.0", CU130, True),  # Blackwell workstation: own SASS
+        ("12.0", CU118, False),  # Blackwell on a cu118 build: is_available() is True, kernels fail
+        ("10.0", CU118, False),  # B200 on cu118
+        ("8.9", CU118, False),  # Ada: no sm_89 SASS and no PTX to compile from
+        ("8.9", ["sm_80", "compute_80"], True),  # ... unless PTX of an older architecture is there
+        ("9.0", ["sm_80", "compute_90a"], True),  # arch-specific PTX runs on exactly that GPU
+        ("10.0", ["sm_80", "compute_90a"], False),  # ... and is not forward compatible
+        ("9.0", ["sm_90a"], True),  # arch-specific SASS
+        ("7.0", CU130, False),  # Volta left cu130's list
+    ],
+)
+def test_arch_covers(capability: str, arch_list: list[str], runs: bool) -> None:
+    assert arch_covers(capability, arch_list) is runs
+
+
+def test_arch_covers_ignores_entries_it_cannot_read() -> None:
+    assert arch_covers("9.0", ["gfx942", "sm_", "compute_x", "sm_90"]) is True
+    assert arch_covers("9.0", []) is False
+
+
+FLOOR_130 = {"min_driver": "580.65.06", "minor_floor": "580"}
+
+
+def test_driver_below_the_minor_compat_floor_is_a_problem() -> None:
+    problem, note = driver_verdict("575.57.08", FLOOR_130, "13.0")
+    assert problem == "driver 575.57.08 is older than 580, the oldest that runs CUDA 13.0" and note is None
+
+
+def test_driver_between_the_floors_runs_with_a_note() -> None:
+    problem, note = driver_verdict("580.10", FLOOR_130, "13.0")
+    assert problem is None
+    assert note == "driver 580.10 runs CUDA 13.0 through minor-version compatibility (full support from 580.65.06)"
+
+
+def test_driver_at_or_above_full_support_is_silent() -> None:
+    assert driver_verdict("580.65.06", FLOOR_130, "13.0") == (None, None)
+    assert driver_verdict("590.44.01", FLOOR_130, "13.0") == (None, None)
+
+
+def test_version_tuple_compares_numerically() -> None:
+    assert version_tuple("580.65.06") > version_tuple("580.9")
+    assert version_tuple("535.104.05") < version_tuple("580")
