@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import yaml
+
 from envbuild.compat_refresh import cuda_of, linux_libs, python_tags, refresh
+
+from ..conftest import REPO
 
 
 def test_linux_libs_and_cuda_from_a_resolution() -> None:
@@ -96,3 +100,11 @@ def test_refresh_replaces_a_guess_and_dates_the_source() -> None:
     assert data["sources"]["PYPI"].endswith("read 2026-11-30")
     # a second run finds nothing to change: no churn from the floating runtime patch
     assert refresh(data, fetch=lambda _url: index, resolve=lambda v, py: resolved, today="2026-12-01") == []
+
+
+def test_the_weekly_drift_workflow_runs_the_refresher_check() -> None:
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "compat-drift.yml").read_text())
+    assert workflow[True]["schedule"]  # PyYAML reads the key `on` as True
+    runs = [step["run"] for step in workflow["jobs"]["drift"]["steps"] if "run" in step]
+    assert "python scripts/refresh_compat.py --check" in runs
+    assert "--check" in (REPO / "scripts" / "refresh_compat.py").read_text()
