@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from envbuild import output
 from envbuild.errors import EnvbuildError
 
 app = typer.Typer(
@@ -31,7 +32,9 @@ ProjectOpt = Annotated[
         help="Project folder (profiles/, lockfiles/, envbuild.toml).",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Machine-readable output on stdout.", callback=output.json_requested)
+]
 
 
 def _project(path: str | None) -> Any:
@@ -46,7 +49,7 @@ def _project(path: str | None) -> Any:
 @app.command("list")
 def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     """List the project's profiles."""
-    from envbuild import output, profilefile
+    from envbuild import profilefile
 
     proj = _project(project)
     rows: list[dict[str, Any]] = []
@@ -95,7 +98,7 @@ def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
 @app.command()
 def show(name: str, project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     """Show a profile as resolved after `extends`."""
-    from envbuild import output, profile
+    from envbuild import profile
 
     proj = _project(project)
     path = proj.profile_path(name)
@@ -119,7 +122,6 @@ def validate(
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
 ) -> None:
     """Check profiles against PyTorch compatibility data; every problem at once."""
-    from envbuild import output
     from envbuild import validate as v
     from envbuild.errors import ProfileError, UsageError
 
@@ -176,7 +178,7 @@ def render(
     project: ProjectOpt = None,
 ) -> None:
     """Render a profile's Dockerfile and lock inputs."""
-    from envbuild import output, profile
+    from envbuild import profile
     from envbuild import render as r
 
     proj = _project(project)
@@ -197,7 +199,7 @@ def compat_(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the PyTorch compatibility table, or what one torch release allows."""
-    from envbuild import compat, output
+    from envbuild import compat
     from envbuild.errors import UsageError
 
     db = compat.load()
@@ -314,7 +316,6 @@ def lock(
 ) -> None:
     """Resolve profiles into hashed lockfiles under lockfiles/<profile>/."""
     from envbuild import lock as lk
-    from envbuild import output
     from envbuild.errors import LockCheckFailed, LockError, UsageError
 
     proj = _project(project)
@@ -378,8 +379,6 @@ def _with_progress(names: list[str], quiet: bool, work: Any) -> Any:
     import threading
     import time as _time
 
-    from envbuild import output
-
     states = dict.fromkeys(names, ("queued", ""))
     started = _time.monotonic()
     lock_ = threading.Lock()
@@ -423,7 +422,7 @@ def venv(
 ) -> None:
     """Create a local virtual environment from a profile's lockfile (hash-checked)."""
     from envbuild import lock as lk
-    from envbuild import output, profile
+    from envbuild import profile
     from envbuild import venv as vv
 
     proj = _project(project)
@@ -457,8 +456,6 @@ def _step_printer(as_json: bool) -> Any:
     """Progress as a person expects: the current step of N and the elapsed time."""
     import time as _time
 
-    from envbuild import output
-
     console = output.err()
     started = _time.monotonic()
     last_pull = [0.0]
@@ -479,7 +476,6 @@ def _step_printer(as_json: bool) -> Any:
 
 
 def _print_smoke(report: dict[str, Any]) -> None:
-    from envbuild import output
     from envbuild.smoke import inside
 
     rows = []
@@ -527,7 +523,7 @@ def build(
 ) -> None:
     """Build a profile's image from its lockfile, smoke-test it, then tag it."""
     from envbuild import build as b
-    from envbuild import output, profile
+    from envbuild import profile
     from envbuild.errors import UsageError
 
     if builder not in {"docker", "buildkit"}:
@@ -657,7 +653,7 @@ def push(
     as_json: JsonOpt = False,
 ) -> None:
     """Push a smoke-tested image as REGISTRY/PATH:NAME and :NAME-<lock digest>."""
-    from envbuild import output, publish
+    from envbuild import publish
 
     proj = _project(project)
     res = publish.push(proj, _load(proj, name), repo=tag, registry=registry, events=_step_printer(as_json))
@@ -682,7 +678,7 @@ def pull(
     as_json: JsonOpt = False,
 ) -> None:
     """Pull a profile's published image and compare it with the local profile and lockfile."""
-    from envbuild import output, publish
+    from envbuild import publish
 
     proj = _project(project)
     res = publish.pull(
@@ -724,7 +720,7 @@ def matrix_(
     project: ProjectOpt = None,
 ) -> None:
     """The shipped profiles as a CI matrix (GitHub Actions, JSON) or a docker-bake.json."""
-    from envbuild import ci, output
+    from envbuild import ci
     from envbuild.errors import UsageError
 
     proj = _project(project)
@@ -752,7 +748,7 @@ def ci_github(
     project: ProjectOpt = None,
 ) -> None:
     """A GitHub Actions workflow: lock check, matrix build + smoke, push on main."""
-    from envbuild import ci, output
+    from envbuild import ci
     from envbuild.errors import LockCheckFailed, StaleLock, UsageError
     from envbuild.fsutil import atomic_write_many
 
@@ -783,7 +779,6 @@ def ci_github(
 def doctor(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     """Check this host: engine, driver, GPUs, container runtime, /dev/shm, and which profiles run here."""
     from envbuild import doctor as d
-    from envbuild import output
 
     proj = _project(project)
     report = d.doctor(proj)
@@ -872,14 +867,16 @@ def run(argv: list[str] | None = None) -> int:
     from envbuild.errors import exit_code_for
 
     command = _command()
+    output.reset_json()
     try:
         result = command.main(args=argv, prog_name="envbuild", standalone_mode=False)
     except EnvbuildError as exc:
-        from envbuild import output
-
+        code = exit_code_for(exc)
+        if output.json_pending():
+            output.emit_json({"error": {**exc.as_dict(), "exit_code": code}})
         sys.stdout.flush()  # keep the report above the error line when both go to one terminal
         output.err().print(f"error: {exc}", markup=False)
-        return exit_code_for(exc)
+        return code
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
@@ -887,15 +884,13 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
+        show, usage_code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(usage_code, int):
             # typer's (vendored click's) usage errors; envbuild must not need click installed
             show()
-            return code
+            return usage_code
         import os
         import traceback
-
-        from envbuild import output
 
         sys.stdout.flush()
         output.err().print(f"internal error: {type(exc).__name__}: {exc}", markup=False)

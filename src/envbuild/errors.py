@@ -52,6 +52,11 @@ class EnvbuildError(Exception):
     def __str__(self) -> str:
         return f"{self.message}\n  fix: {self.hint}" if self.hint else self.message
 
+    def as_dict(self) -> dict[str, object]:
+        """The error for a --json reader (the exit code is added by the CLI, which owns them)."""
+        diagnostics = [d.as_dict() for d in getattr(self, "diagnostics", [])]
+        return {"type": type(self).__name__, "message": self.message, "hint": self.hint, "diagnostics": diagnostics}
+
 
 class UsageError(EnvbuildError):
     """The command line or project layout is wrong (unknown profile, bad option)."""

@@ -22,7 +22,28 @@ def err() -> Any:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+# Whether this invocation asked for --json and whether stdout has had its JSON yet: a command
+# that fails before its report still owes a machine reader one JSON document (the error).
+_json = {"requested": False, "emitted": False}
+
+
+def json_requested(value: bool) -> bool:
+    """typer callback of every `--json` flag."""
+    if value:
+        _json["requested"] = True
+    return value
+
+
+def json_pending() -> bool:
+    return _json["requested"] and not _json["emitted"]
+
+
+def reset_json() -> None:
+    _json.update(requested=False, emitted=False)
+
+
 def emit_json(payload: Any) -> None:
+    _json["emitted"] = True
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 

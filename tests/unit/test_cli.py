@@ -217,3 +217,31 @@ def test_fast_option_parsing_keeps_typer_conversions_and_errors(cli: Cli, projec
 def test_smoke_local_lock_match_is_checked(cli: Cli, project: Path) -> None:
     res = cli("smoke", "--local", "cpu-py311", "--lock-match", "loose", "--project", str(project))
     assert res.code == 2 and "--lock-match 'loose': use exact, pins or none" in res.err
+
+
+def test_a_failing_json_command_still_writes_one_json_document(cli: Cli, project: Path) -> None:
+    # a machine reader asked for --json: the error arrives as JSON on stdout, the text on stderr
+    res = cli("build", "nosuch", "--json", "--project", str(project))
+    assert res.code == 2
+    error = json.loads(res.out)["error"]
+    assert error["exit_code"] == 2 and error["type"] == "UsageError"
+    assert error["message"] == "no profile 'nosuch' in profiles/" and "envbuild list" in error["hint"]
+    assert "error: no profile 'nosuch'" in res.err
+
+
+def test_a_command_that_wrote_its_json_report_adds_no_second_document(cli: Cli, project: Path) -> None:
+    res = cli("lock", "nosuch", "--json", "--project", str(project))
+    assert res.code == 2
+    report = json.loads(res.out)  # exactly one document: lock's own report, which names the failure
+    assert report[0]["state"] == "failed" and report[0]["profile"] == "nosuch"
+
+
+def test_profile_errors_carry_their_diagnostics_in_json(
+    cli: Cli, project: Path, write_profile: Callable[..., Path]
+) -> None:
+    write_profile("cu121-py311", torch="2.0.1", torchvision="0.15.2")
+    res = cli("build", "cu121-py311", "--json", "--project", str(project))
+    assert res.code == 2
+    error = json.loads(res.out)["error"]
+    assert error["type"] == "ProfileError"
+    assert any(d["field"] == "cuda" and d["line"] == 3 and d["severity"] == "error" for d in error["diagnostics"])
