@@ -1,4 +1,5 @@
-"""The GPU check's decisions that need no GPU: architecture coverage and the driver floor.
+"""Smoke decisions that need no GPU or engine: architecture coverage, the driver floor, and
+which leftover smoke containers are stale.
 
 CI has no GPU, so these are the parts of the gpu check that can be proven on every run; the
 kernels themselves run on a GPU host (scripts/host_smoke.py).
@@ -6,8 +7,11 @@ kernels themselves run on a GPU host (scripts/host_smoke.py).
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
+from envbuild.smoke.host import stale_since
 from envbuild.smoke.inside import arch_covers, driver_verdict, version_tuple
 
 # torch 2.11 +cu130's list as reported by torch.cuda.get_arch_list(), and an older cu118 one
@@ -61,3 +65,26 @@ def test_driver_at_or_above_full_support_is_silent() -> None:
 def test_version_tuple_compares_numerically() -> None:
     assert version_tuple("580.65.06") > version_tuple("580.9")
     assert version_tuple("535.104.05") < version_tuple("580")
+
+
+ZERO = "0001-01-01T00:00:00Z"  # what the engine reports for a time that has not happened
+
+
+def test_a_running_smoke_container_is_never_stale() -> None:
+    # the race seen with two builds at once: listed as "created", inspected after its start
+    running = {"Created": "2026-11-30T04:00:00.1Z", "State": {"Status": "running", "FinishedAt": ZERO}}
+    assert stale_since(running) is None
+
+
+def test_exited_counts_from_finish_and_created_from_creation() -> None:
+    exited = {"Created": "2026-11-30T04:00:00Z", "State": {"Status": "exited", "FinishedAt": "2026-11-30T04:00:09.5Z"}}
+    created = {"Created": "2026-11-30T04:00:00.25Z", "State": {"Status": "created", "FinishedAt": ZERO}}
+    assert stale_since(exited) == datetime(2026, 11, 30, 4, 0, 9, 500000, tzinfo=timezone.utc)
+    assert stale_since(created) == datetime(2026, 11, 30, 4, 0, 0, 250000, tzinfo=timezone.utc)
+
+
+def test_unset_or_unreadable_times_are_not_stale() -> None:
+    assert stale_since({"State": {"Status": "exited", "FinishedAt": ZERO}}) is None
+    assert stale_since({"State": {"Status": "exited", "FinishedAt": "soon"}}) is None
+    assert stale_since({"State": {"Status": "paused"}}) is None
+    assert stale_since({}) is None

@@ -59,20 +59,34 @@ def sweep_stale(cli: Any, older_than: float = STALE_AFTER_S) -> list[str]:
     now = datetime.now(timezone.utc)
     filters = {"label": SMOKE_LABEL, "status": ["exited", "created"]}
     for container in cli.containers.list(all=True, filters=filters):
-        # a "created" one was never started (envbuild killed between create and start): its age
-        # counts from its creation, an exited one's from when it finished
-        state = container.attrs.get("State", {})
-        since = _parse_docker_time(
-            container.attrs.get("Created", "") if state.get("Status") == "created" else state.get("FinishedAt", "")
-        )
+        # judged on the inspected state, not the list filter's: a concurrent run may have started
+        # its container in between (seen in the e2e suite's two simultaneous builds)
+        since = stale_since(container.attrs)
         if since is None or (now - since).total_seconds() < older_than:
             continue
         if (container.attrs.get("Config", {}).get("Cmd") or [""])[0] != SMOKE_COMMAND:
             continue  # a committed smoke container's label lives on in its image: not ours
         with contextlib.suppress(docker.errors.APIError):
-            container.remove(force=True)
+            container.remove()  # no force: one that started after the inspect refuses and stays
             removed.append(container.id)
     return removed
+
+
+def stale_since(attrs: dict[str, Any]) -> datetime | None:
+    """Since when an inspected smoke container has been idle, or None if it may be in use.
+
+    A never-started ("created") one counts from its creation, an exited one from when it
+    finished; anything else, or a time the engine has not set (year 1), is left alone.
+    """
+    state = attrs.get("State") or {}
+    status = state.get("Status")
+    if status == "created":
+        since = _parse_docker_time(str(attrs.get("Created", "")))
+    elif status == "exited":
+        since = _parse_docker_time(str(state.get("FinishedAt", "")))
+    else:
+        return None
+    return since if since is not None and since.year > 1 else None
 
 
 def _parse_docker_time(value: str) -> datetime | None:
