@@ -58,7 +58,12 @@ def sweep_stale(cli: Any, older_than: float = STALE_AFTER_S) -> list[str]:
     removed: list[str] = []
     now = datetime.now(timezone.utc)
     filters = {"label": SMOKE_LABEL, "status": ["exited", "created"]}
-    for container in cli.containers.list(all=True, filters=filters):
+    try:
+        # ignore_removed: another run may remove its own container between the list and the inspect
+        listed = cli.containers.list(all=True, filters=filters, ignore_removed=True)
+    except docker.errors.APIError:
+        return removed  # housekeeping never fails a smoke run
+    for container in listed:
         # judged on the inspected state, not the list filter's: a concurrent run may have started
         # its container in between (seen in the e2e suite's two simultaneous builds)
         since = stale_since(container.attrs)
