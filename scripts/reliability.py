@@ -41,6 +41,16 @@ SECTIONS = [
         "Pass: the lockfile is the old one or a complete new one.",
     ),
     ("interrupt_build", "Killing `envbuild build` at random moments", "Pass: no tag moved; the next build succeeds."),
+    (
+        "interrupt_smoke_container",
+        "SIGTERM to `envbuild smoke IMAGE` while its container runs",
+        "Pass: exit 143, and no container labelled `io.envbuild.smoke-container` for that image remains.",
+    ),
+    (
+        "interrupt_smoke_local",
+        "SIGTERM to `envbuild smoke --local` during the DDP check",
+        "Pass: exit 143, and none of the processes it had started (checks, forkserver, ranks) is still alive.",
+    ),
     ("concurrent_locks", "Two locks of one profile at once", "Pass: one intact result (a file lock serialises them)."),
     ("concurrent_builds", "Two different profiles built at once", "Pass: both succeed with their own tags."),
     (

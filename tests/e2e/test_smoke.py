@@ -17,6 +17,7 @@ import pytest
 from envbuild.smoke import host
 
 from ..conftest import REPO
+from ..unit.test_hardening import record
 from .conftest import envbuild
 
 pytestmark = pytest.mark.e2e
@@ -107,6 +108,7 @@ def test_sigterm_during_a_smoke_run_removes_its_container(docker_client: Any, bu
             leftover.remove(force=True)
             pytest.fail(f"SIGTERM left the smoke container {leftover.short_id} behind")
     assert proc.returncode == 143 and "terminated" in err, err
+    record("interrupt_smoke_container", signal="SIGTERM", exit_code=proc.returncode, containers_left=0)
 
 
 def test_sweep_removes_only_smoke_containers_that_finished(docker_client: Any, built_cpu: dict[str, Any]) -> None:
@@ -216,6 +218,13 @@ def test_sigterm_during_local_mode_stops_every_rank(cpu_venv: Path) -> None:
     time.sleep(1)
     alive = {(pid, start) for pid, (_, _, start) in _processes().items()}
     assert not running & alive, f"still running after the interrupt: {sorted(running & alive)}"
+    record(
+        "interrupt_smoke_local",
+        signal="SIGTERM",
+        exit_code=proc.returncode,
+        processes_at_signal=len(running),
+        processes_left=0,
+    )
 
 
 def test_gpu_profile_without_a_gpu_fails_the_gpu_checks(cpu_venv: Path, tmp_path: Path) -> None:
