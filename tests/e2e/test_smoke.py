@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,29 +87,38 @@ def _smoke_containers(docker_client: Any, image: str) -> list[Any]:
     return list(docker_client.containers.list(all=True, filters={"label": f"{host.SMOKE_LABEL}={image}"}))
 
 
-def test_sigterm_during_a_smoke_run_removes_its_container(docker_client: Any, built_cpu: dict[str, Any]) -> None:
-    image = built_cpu["image_id"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envbuild", "smoke", image, "--gpus", "none"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def _sigterm_when(cmd: list[str], ready: Callable[[], bool], what: str, wait: float) -> tuple[int, str]:
+    """Start `cmd`, send it SIGTERM once `ready()` holds; its exit code and stderr."""
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not any(c.status == "running" for c in _smoke_containers(docker_client, image)):
-            assert proc.poll() is None and time.monotonic() < deadline, "the smoke container never ran"
+        deadline = time.monotonic() + wait
+        while not ready():
+            assert proc.poll() is None, f"the run ended before {what}"
+            assert time.monotonic() < deadline, f"{what}: not within {wait:.0f}s"
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc.returncode, err
+
+
+def test_sigterm_during_a_smoke_run_removes_its_container(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    image = built_cpu["image_id"]
+    try:
+        code, err = _sigterm_when(
+            [sys.executable, "-m", "envbuild", "smoke", image, "--gpus", "none"],
+            lambda: any(c.status == "running" for c in _smoke_containers(docker_client, image)),
+            "the smoke container ran",
+            wait=60,
+        )
+    finally:
         for leftover in _smoke_containers(docker_client, image):
             leftover.remove(force=True)
             pytest.fail(f"SIGTERM left the smoke container {leftover.short_id} behind")
-    assert proc.returncode == 143 and "terminated" in err, err
-    record("interrupt_smoke_container", signal="SIGTERM", exit_code=proc.returncode, containers_left=0)
+    assert code == 143 and "terminated" in err, err
+    record("interrupt_smoke_container", signal="SIGTERM", exit_code=code, containers_left=0)
 
 
 def test_sweep_removes_only_smoke_containers_that_finished(docker_client: Any, built_cpu: dict[str, Any]) -> None:
@@ -195,35 +205,26 @@ def _find_process(needle: str) -> int | None:
 
 def test_sigterm_during_local_mode_stops_every_rank(cpu_venv: Path) -> None:
     python = str(cpu_venv / "bin" / "python")
-    cmd = [sys.executable, "-m", "envbuild", "smoke", "--local", "cpu-py311", "--python", python]
-    proc = subprocess.Popen([*cmd, "--lock-match", "none"], cwd=REPO, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        running: set[tuple[int, str]] = set()
-        while time.monotonic() < deadline:  # until the DDP ranks run: smoke + forkserver + ranks
-            smoke = _find_process("smoke/inside.py --expect")
-            running = _tree(smoke, _processes()) if smoke else set()
-            if len(running) >= 4:
-                break
-            assert proc.poll() is None, "the smoke run ended before its DDP check started"
-            time.sleep(0.2)
-        else:
-            pytest.fail("the DDP ranks never started")
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, err
+    running: set[tuple[int, str]] = set()
+
+    def ranks_run() -> bool:  # smoke + forkserver + ranks
+        nonlocal running
+        smoke = _find_process("smoke/inside.py --expect")
+        running = _tree(smoke, _processes()) if smoke else set()
+        return len(running) >= 4
+
+    code, err = _sigterm_when(
+        [sys.executable, "-m", "envbuild", "smoke", "--local", "cpu-py311", "--python", python, "--lock-match", "none"],
+        ranks_run,
+        "the DDP ranks started",
+        wait=120,
+    )
+    assert code == 143, err
     time.sleep(1)
     alive = {(pid, start) for pid, (_, _, start) in _processes().items()}
     assert not running & alive, f"still running after the interrupt: {sorted(running & alive)}"
     record(
-        "interrupt_smoke_local",
-        signal="SIGTERM",
-        exit_code=proc.returncode,
-        processes_at_signal=len(running),
-        processes_left=0,
+        "interrupt_smoke_local", signal="SIGTERM", exit_code=code, processes_at_signal=len(running), processes_left=0
     )
 
 
