@@ -363,7 +363,8 @@ def lock(
                 for o in outcomes
             ]
         )
-    else:
+    elif len(failed) > 1:
+        # One failure is reported once, by the error it raises below; several each get theirs here.
         for o in failed:
             output.err().print(f"{o.name}: {o.message}", markup=False)
     if len(failed) == 1 and failed[0].error is not None:

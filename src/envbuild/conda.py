@@ -19,7 +19,7 @@ import yaml
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from envbuild import lockfile, render
+from envbuild import fetchfail, lockfile, render
 from envbuild.errors import LockError
 from envbuild.fsutil import atomic_write_many
 from envbuild.profile import Profile
@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from envbuild.project import Project
 
 CONDA_ALIAS = "https://conda.anaconda.org"
+# What a user changes when a channel is out of reach (fetchfail names the host and the cause).
+_CHANNEL_ROUTE = (
+    "set `channels:` to channel URLs this machine reaches (a mirror); "
+    "or lock on a connected machine and commit the lockfiles"
+)
 
 
 def environment_of(prof: Profile, templates_dir: Path | None = None) -> dict[str, Any]:
@@ -105,10 +110,11 @@ def solve_rattler(prof: Profile, env: dict[str, Any], subdir: str, platform: str
             )
         )
     except Exception as exc:  # rattler raises its own exception types per failure kind
-        raise LockError(
-            f"conda solve failed ({type(exc).__name__}):\n{exc}",
-            hint="check the channels and that they serve these versions",
-        ) from exc
+        message = render.redact(f"{type(exc).__name__}: {exc}")
+        why = fetchfail.describe(
+            "rattler", message, _CHANNEL_ROUTE, "check the channels and that they serve these versions"
+        )
+        raise LockError(why.with_detail(message), hint=why.hint) from exc
 
 
 def _conda_entry(rec: Any, subdir: str) -> dict[str, Any]:
@@ -269,7 +275,9 @@ def _lock_with_conda_lock(project: Project, prof: Profile, subdirs: list[str], w
         args += ["--platform", sd]
     proc = subprocess.run(args, cwd=work, capture_output=True, text=True, check=False, timeout=3600)
     if proc.returncode != 0:
-        raise LockError(f"conda-lock failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
+        message = render.redact((proc.stderr or proc.stdout).strip())
+        why = fetchfail.describe("conda-lock", message, _CHANNEL_ROUTE, "conda-lock's message above says why")
+        raise LockError(why.with_detail(message[-3000:]), hint=why.hint)
     return (work / "conda-lock.yml").read_text()
 
 

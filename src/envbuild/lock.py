@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envbuild import lockfile, lockverify, render
+from envbuild import fetchfail, lockfile, lockverify, render
 from envbuild import profile as profile_mod
 from envbuild.errors import EnvbuildError, LockError, LockMissing, StaleLock
 from envbuild.fsutil import atomic_write_many
@@ -28,9 +28,15 @@ _UV_ENV_KEEP = {
     "UV_CACHE_DIR",
     "UV_NATIVE_TLS",
     "UV_HTTP_TIMEOUT",
+    "UV_HTTP_RETRIES",
     "UV_OFFLINE",
     "UV_INSECURE_HOST",
 }
+# What a user changes when an index is out of reach (fetchfail names the host and the cause).
+_UV_ROUTE = (
+    "point `torch_index:` (the PyTorch index) or `index_url:` (PyPI) at a mirror this machine reaches, "
+    "in the profile or with --torch-index / --index-url; or lock on a connected machine and commit the lockfiles"
+)
 
 
 def uv_binary() -> str:
@@ -168,7 +174,8 @@ def _run_uv(args: list[str], cwd: Path) -> str:
     )
     if proc.returncode != 0:
         message = render.redact(proc.stderr.strip() or proc.stdout.strip())
-        raise LockError(f"uv failed:\n{message[-3000:]}", hint="the resolver's message above says why")
+        why = fetchfail.describe("uv", message, _UV_ROUTE, "the resolver's message above says why")
+        raise LockError(why.with_detail(message[-3000:]), hint=why.hint)
     return proc.stdout
 
 

@@ -8,11 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from envbuild import lock, lockfile, render
+from envbuild import fetchfail, lock, lockfile, render
 from envbuild.errors import VenvError
 from envbuild.profile import Profile
 from envbuild.project import Project
 
+# The lockfile fixes what is installed, not where from: a mirror or a wheelhouse can stand in.
+_SOURCE_ROUTE = (
+    "pass --index-url / --torch-index (a mirror) or --find-links DIR (the locked wheels) "
+    "so that the hash-checked files come from a source this machine reaches"
+)
 _PROBE = (
     "import json, platform, sys; "
     "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'machine': platform.machine(), "
@@ -134,6 +139,6 @@ def _uv(args: list[str]) -> None:
         timeout=3600,
     )
     if proc.returncode != 0:
-        raise VenvError(
-            f"uv {args[0]} {args[1] if len(args) > 1 else ''} failed:\n{(proc.stderr or proc.stdout)[-3000:]}"
-        )
+        message = render.redact((proc.stderr or proc.stdout).strip())
+        why = fetchfail.describe(f"uv {' '.join(args[:2])}", message, _SOURCE_ROUTE, "uv's message above says why")
+        raise VenvError(why.with_detail(message[-3000:]), hint=why.hint)

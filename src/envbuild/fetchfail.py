@@ -1,0 +1,86 @@
+"""One line that says why a resolver failed, and a fix a person can act on.
+
+uv and rattler report an unreachable index as a chain of causes that ends in the
+socket error, and the first line of that chain ("Request failed after 3 retries")
+is what a progress display or a CI summary shows. This reads the chain and names
+the host, the cause and the setting that routes around it. Pure text in, text
+out: the callers keep the resolver's whole message below the summary.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+_URL = re.compile(r"(?:Failed to fetch:|request for url \(|Failed to download)\s*`?(?P<url>\w+://[^\s`)]+)")
+# reqwest, under both uv and rattler: "HTTP status client error (401 Unauthorized) for url (...)".
+_REFUSED = re.compile(r"\b(?P<code>40[13]) (?:Unauthorized|Forbidden)\b")
+# The socket-level causes, most specific first: uv and rattler both chain reqwest's errors.
+_CAUSES = (
+    ("dns error", "its name does not resolve (DNS)"),
+    ("failed to lookup address", "its name does not resolve (DNS)"),
+    ("connection refused", "the connection was refused"),
+    ("timed out", "the connection timed out"),
+    ("invalid peer certificate", "its TLS certificate is not trusted"),
+    ("certificate verify failed", "its TLS certificate is not trusted"),
+    ("network is unreachable", "the network is unreachable"),
+    ("connection reset", "the connection was reset"),
+)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    summary: str
+    hint: str
+
+    def with_detail(self, detail: str) -> str:
+        """The summary over the tool's own message, without repeating a line the summary quotes."""
+        lines = detail.strip().splitlines()
+        if lines and lines[0].strip() in self.summary:
+            lines = lines[1:]
+        return "\n".join([self.summary, *lines])
+
+
+def explain(tool: str, text: str, route: str) -> Explanation | None:
+    """Why `tool` failed, when its message says so in a way this recognises; else None.
+
+    `route` is the caller's way around an unreachable source ("point `index_url:` at a mirror").
+    """
+    lowered = text.lower()
+    if "no solution found" in lowered:
+        return Explanation(
+            f"{tool} found no set of versions that satisfies the profile's pins",
+            "the resolver's reasoning follows; change the pin it names "
+            "(`envbuild compat torch==X.Y.Z` shows what a torch release pairs with)",
+        )
+    found = _URL.search(text)
+    if found is None:
+        return None
+    url = found.group("url")
+    host = urlsplit(url).hostname or url
+    refused = _REFUSED.search(text)
+    if refused is not None:
+        return Explanation(
+            f"{tool}: {host} refused the request (HTTP {refused.group('code')}) for {url}",
+            "the index needs credentials: put them in the index URL or in ~/.netrc",
+        )
+    cause = next((said for key, said in _CAUSES if key in lowered), None)
+    if cause is None:
+        return None
+    return Explanation(f"{tool} cannot reach {host}: {cause} ({url})", _hint_for(host, cause, route))
+
+
+def _hint_for(host: str, cause: str, route: str) -> str:
+    if "certificate" in cause:
+        return "behind a TLS-intercepting proxy, point SSL_CERT_FILE at the proxy's CA bundle (uv and rattler read it)"
+    return f"check the network path to {host} (HTTPS_PROXY), or {route}"
+
+
+def describe(tool: str, text: str, route: str, fallback_hint: str) -> Explanation:
+    """`explain`, or the message's first line under the caller's generic fix."""
+    why = explain(tool, text, route)
+    if why is not None:
+        return why
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "no message")
+    return Explanation(f"{tool} failed: {first}", fallback_hint)
