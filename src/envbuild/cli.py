@@ -211,7 +211,10 @@ def compat_(
         row = db.release(version.strip())
         if row is None:
             known = f"{db.torch[0].release}-{db.newest().release}"
-            raise UsageError(f"torch {version} is not in the compat data ({known})")
+            raise UsageError(
+                f"torch {version} is not in the compat data ({known})",
+                hint="`envbuild compat` lists the releases envbuild knows; a newer torch needs a newer envbuild",
+            )
         rows = [row]
     if as_json:
         payload: dict[str, Any] = {

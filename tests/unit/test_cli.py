@@ -100,7 +100,9 @@ def test_compat_one_release(cli: Cli) -> None:
         "11.8": "520.61.05",
         "12.1": "530.30.02",
     }
-    assert cli("compat", "torch==9.9.9").code == 2
+    unknown = cli("compat", "torch==9.9.9")
+    assert unknown.code == 2 and "torch 9.9.9 is not in the compat data (1.13-" in unknown.err
+    assert "fix: `envbuild compat` lists the releases envbuild knows" in unknown.err
 
 
 def test_compat_table(cli: Cli) -> None:
