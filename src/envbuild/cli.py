@@ -165,6 +165,50 @@ def validate(
 
 
 @app.command()
+def new(
+    name: Annotated[str, typer.Argument(help="The profile's name, e.g. cu126-py312: it says the build and Python.")],
+    torch: Annotated[
+        str | None, typer.Option(help="A torch release (2.9.1) or series (2.9); default: the newest that fits.")
+    ] = None,
+    numpy: Annotated[
+        str | None, typer.Option(help="A numpy release or series; default: the newest that torch allows.")
+    ] = None,
+    index_url: Annotated[str | None, typer.Option(help="A PyPI mirror for the newest-patch lookup.")] = None,
+    base: Annotated[str | None, typer.Option(help="A base image, pinned by digest (default: per Python).")] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing profile of that name.")] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a new profile, choosing torch and numpy from the compat data; it validates before it is written."""
+    from envbuild import scaffold
+
+    proj = _project(project)
+    made = scaffold.create(proj, name, torch=torch, numpy=numpy, index_url=index_url, base=base, force=force)
+    nxt = [f"envbuild lock {name}", f"envbuild build {name}"]
+    if as_json:
+        output.emit_json(
+            {
+                "profile": name,
+                "path": proj.rel(made.path),
+                "torch": made.choice.torch,
+                "numpy": made.choice.numpy,
+                "notes": made.notes,
+                "warnings": made.warnings,
+                "next": nxt,
+            }
+        )
+        return
+    sys.stdout.write(made.text)
+    err = output.err()
+    err.print(f"wrote {proj.rel(made.path)}", markup=False)
+    for line in made.notes:
+        err.print(f"note: {line}", markup=False)
+    for line in made.warnings:
+        err.print(f"warning: {line}", markup=False)
+    err.print(f"next: {' && '.join(nxt)}", markup=False)
+
+
+@app.command()
 def render(
     name: str,
     output_dir: Annotated[

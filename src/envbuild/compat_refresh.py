@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import urllib.request
 from datetime import date
 from typing import Any
@@ -46,39 +45,9 @@ def linux_libs(resolved: dict[str, str]) -> dict[str, str]:
 
 def resolve_with_uv(torch: str, python: str) -> dict[str, str]:
     """What `uv pip compile torch==X` picks on Linux x86_64 from PyPI: {name: version}."""
-    from envbuild.lock import uv_binary
+    from envbuild.lock import newest_versions
 
-    proc = subprocess.run(
-        [
-            uv_binary(),
-            "pip",
-            "compile",
-            "-",
-            "--python-version",
-            python,
-            "--python-platform",
-            "x86_64-manylinux_2_28",
-            "--no-header",
-            "--no-annotate",
-            "--index-url",
-            "https://pypi.org/simple",
-            "--no-config",
-            "--no-python-downloads",
-        ],
-        input=f"torch=={torch}\n",
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"uv could not resolve torch=={torch}: {proc.stderr.strip()[-400:]}")
-    pins = {}
-    for line in proc.stdout.splitlines():
-        name, sep, version = line.strip().partition("==")
-        if sep:
-            pins[name.lower()] = version
-    return pins
+    return newest_versions([f"torch=={torch}"], python, with_deps=True)
 
 
 def cuda_of(libs: dict[str, str]) -> str | None:

@@ -72,7 +72,8 @@ class ProfileError(EnvbuildError):
     def __str__(self) -> str:
         if not self.diagnostics:
             return super().__str__()
-        return "\n".join(d.render() for d in self.diagnostics if d.severity == "error")
+        text = "\n".join(d.render() for d in self.diagnostics if d.severity == "error")
+        return f"{text}\n  fix: {self.hint}" if self.hint else text
 
 
 class ImageMissing(UsageError):

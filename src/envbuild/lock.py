@@ -162,10 +162,11 @@ def require_fresh(project: Project, prof: Profile) -> Path:
 # ---- venv flavor: uv ------------------------------------------------------------------------
 
 
-def _run_uv(args: list[str], cwd: Path) -> str:
+def _run_uv(args: list[str], cwd: Path, *, stdin: str | None = None, route: str = _UV_ROUTE) -> str:
     proc = subprocess.run(
         [uv_binary(), *args],
         cwd=cwd,
+        input=stdin,
         capture_output=True,
         text=True,
         env=_uv_env(),
@@ -174,9 +175,45 @@ def _run_uv(args: list[str], cwd: Path) -> str:
     )
     if proc.returncode != 0:
         message = render.redact(proc.stderr.strip() or proc.stdout.strip())
-        why = fetchfail.describe("uv", message, _UV_ROUTE, "the resolver's message above says why")
+        why = fetchfail.describe("uv", message, route, "the resolver's message above says why")
         raise LockError(why.with_detail(message[-3000:]), hint=why.hint)
     return proc.stdout
+
+
+def newest_versions(
+    requirements: Sequence[str],
+    python: str,
+    *,
+    index_url: str = render.PYPI_SIMPLE,
+    with_deps: bool = False,
+    route: str = _UV_ROUTE,
+) -> dict[str, str]:
+    """What uv picks for `requirements` on Linux x86_64 and a target Python: {name: version}, no hashes."""
+    args = [
+        "pip",
+        "compile",
+        "-",
+        "--python-version",
+        python,
+        "--python-platform",
+        PLATFORM_TAGS["x86_64"],
+        "--no-header",
+        "--no-annotate",
+        "--no-config",
+        "--no-python-downloads",
+        "--index-url",
+        index_url,
+        "--quiet",
+    ]
+    if not with_deps:
+        args.append("--no-deps")
+    out = _run_uv(args, Path.cwd(), stdin="".join(f"{r}\n" for r in requirements), route=route)
+    pins = {}
+    for line in out.splitlines():
+        name, sep, version = line.strip().partition("==")
+        if sep:
+            pins[name.lower()] = version
+    return pins
 
 
 def _compile_args(

@@ -6,6 +6,7 @@ import difflib
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +32,32 @@ IMAGE_RE = re.compile(rf"^(?:{_DOMAIN}/)?{_COMP}(?:/{_COMP})*(?::[\w][\w.-]{{0,1
 # Pinned by dedicated fields; a second pin in `packages` would fight them.
 PINNED_ELSEWHERE = {"torch", "torchvision", "torchaudio", "numpy"}
 MAX_TEXT = 512
+
+
+@dataclass(frozen=True)
+class NameParts:
+    """What a profile name says: `cu126-py312-dev` is CUDA 12.6, Python 3.12."""
+
+    token: str  # cpu | cu126 | rocm63
+    accelerator: str  # cpu | cuda | rocm
+    version: str | None  # "12.6" / "6.3"; None for cpu
+    python: str  # "3.12"
+
+
+def name_parts(name: str) -> NameParts | None:
+    """The accelerator, its version and the Python a conventional name encodes; None if unconventional."""
+    match = NAME_RE.fullmatch(name)
+    if not match:
+        return None
+    tok = match.group(1)
+    py_digits = name.split("-py", 1)[1].split("-", 1)[0]
+    python = f"{py_digits[0]}.{py_digits[1:]}"
+    if tok == "cpu":
+        return NameParts(tok, "cpu", None, python)
+    if tok.startswith("cu"):
+        digits = tok[2:]
+        return NameParts(tok, "cuda", f"{digits[:2]}.{digits[2:]}", python)
+    return NameParts(tok, "rocm", ".".join(tok[4:]), python)
 
 
 def _fail(problem: str, fix: str) -> ValueError:

@@ -9,7 +9,7 @@ from typing import Any
 from packaging.version import Version
 
 from envbuild import compat, profile
-from envbuild.profile import NAME_RE
+from envbuild.profile import name_parts
 from envbuild.profilefile import Loaded
 
 
@@ -54,47 +54,37 @@ def _check_name(ld: Loaded, data: dict[str, Any], path: Path, bad: set[str]) -> 
             f"rename the file to {name}.yaml or set name: {path.stem}",
             name,
         )
-    match = NAME_RE.fullmatch(name)
-    if not match:
+    parts = name_parts(name)
+    if parts is None:
         return
-    tok = match.group(1)
     accel = _str(data, "accelerator", bad)
-    token_accel = "cpu" if tok == "cpu" else "cuda" if tok.startswith("cu") else "rocm"
-    if accel and accel != token_accel:
+    if accel and accel != parts.accelerator:
         ld.add(
             "error",
             "accelerator",
-            f"{accel!r} disagrees with the name {name!r} (token {tok!r} means {token_accel})",
-            f"set accelerator: {token_accel} or rename the profile",
+            f"{accel!r} disagrees with the name {name!r} (token {parts.token!r} means {parts.accelerator})",
+            f"set accelerator: {parts.accelerator} or rename the profile",
             accel,
         )
     elif accel in {"cuda", "rocm"}:
         version = _str(data, accel, bad)
-        digits = tok[2:] if accel == "cuda" else tok[4:]
-        if version and version.replace(".", "") != digits:
+        if version and parts.version and version.replace(".", "") != parts.version.replace(".", ""):
             ld.add(
                 "error",
                 accel,
-                f"{version!r} disagrees with the name {name!r} (token {tok!r})",
-                f'set {accel}: "{_token_version(accel, digits)}" or rename the profile',
+                f"{version!r} disagrees with the name {name!r} (token {parts.token!r})",
+                f'set {accel}: "{parts.version}" or rename the profile',
                 version,
             )
     py = _str(data, "python", bad)
-    py_digits = name.split("-py", 1)[1].split("-", 1)[0]
-    if py and py.replace(".", "") != py_digits:
+    if py and py != parts.python:
         ld.add(
             "error",
             "python",
-            f"{py!r} disagrees with the name {name!r} (py{py_digits})",
-            f'set python: "{py_digits[0]}.{py_digits[1:]}" or rename the profile',
+            f"{py!r} disagrees with the name {name!r} (py{parts.python.replace('.', '')})",
+            f'set python: "{parts.python}" or rename the profile',
             py,
         )
-
-
-def _token_version(accel: str, digits: str) -> str:
-    if accel == "cuda":
-        return f"{digits[:2]}.{digits[2:]}"
-    return ".".join(digits)
 
 
 def _list(data: dict[str, Any], key: str) -> list[Any]:

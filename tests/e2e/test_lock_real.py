@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -73,6 +74,23 @@ def test_cpu_profile_locks_from_wheelhouse_and_makes_a_venv(proj: Path, tmp_path
         check=True,
     )
     assert probe.stdout.split() == ["2.13.0+cpu", "2.1.3", "0.8.1"]
+
+
+def test_new_profile_from_a_name_locks_against_pypi(tmp_path: Path) -> None:
+    """`new` asks PyPI for the newest patches; what it wrote locks as it stands."""
+    root = tmp_path / "fresh"
+    root.mkdir()
+    res = envbuild("new", "cu124-py312", "--json", cwd=root)
+    assert res.returncode == 0, res.stderr
+    chosen = json.loads(res.stdout)
+    # The newest verified torch with a CUDA 12.4 build is 2.6, and PyPI's default 2.6 wheel is that build.
+    assert chosen["torch"].startswith("2.6.") and chosen["numpy"].startswith("2.")
+    assert chosen["notes"] == [] and chosen["warnings"] == []
+    res = envbuild("lock", "cu124-py312", cwd=root)
+    assert res.returncode == 0, res.stderr
+    pins = lockfile.parse_requirements((root / "lockfiles" / "cu124-py312" / "requirements.lock").read_text())
+    assert pins["torch"].version == chosen["torch"] and pins["numpy"].version == chosen["numpy"]
+    assert pins["nvidia-cuda-runtime-cu12"].version.startswith("12.4.")
 
 
 def test_venv_refuses_wrong_interpreter(proj: Path, tmp_path: Path) -> None:

@@ -1,0 +1,218 @@
+"""`envbuild new`: a first profile from its name, chosen from the compat data.
+
+The name already says the accelerator, its version and the Python
+(`cu126-py312`). The compat data says which torch releases have that build for
+that Python and which numpy they allow. Only the newest patch of each is left,
+and only an index knows it: one `uv pip compile --no-deps` asks. The result goes
+through the same validation as a hand-written profile before it is written, so
+`new` never writes a profile that `validate` would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from envbuild import compat, lock, profile, render, validate
+from envbuild.errors import ProfileError, UsageError
+from envbuild.fsutil import atomic_write_many
+from envbuild.project import Project
+
+# When PyPI is out of reach, the lookup is the only thing `new` needs from it.
+_LOOKUP_ROUTE = (
+    "pass exact releases (--torch X.Y.Z --numpy X.Y.Z) to skip the lookup, or --index-url a PyPI mirror "
+    "this machine reaches"
+)
+
+
+_RELEASE_OR_SERIES = re.compile(r"\d+\.\d+(\.\d+)?")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `new` settled on, and why, before anything is written."""
+
+    parts: profile.NameParts
+    torch: str  # exact
+    numpy: str  # exact
+    notes: list[str] = field(default_factory=list)
+
+
+def _has_build(row: compat.TorchRelease, parts: profile.NameParts) -> bool:
+    if parts.accelerator == "cuda":
+        return parts.version in row.cuda_builds
+    if parts.accelerator == "rocm":
+        return parts.version in row.rocm_builds
+    return True
+
+
+def _build_words(parts: profile.NameParts) -> str:
+    return {"cuda": f"a CUDA {parts.version} build", "rocm": f"a ROCm {parts.version} build"}.get(
+        parts.accelerator, "a CPU build"
+    )
+
+
+def pick_torch(parts: profile.NameParts, notes: list[str]) -> compat.TorchRelease:
+    """The newest release with this build for this Python, preferring rows whose data is verified."""
+    db = compat.load()
+    with_build = [r for r in db.torch if _has_build(r, parts)]
+    if not with_build:
+        known = sorted({b for r in db.torch for b in (r.cuda_builds if parts.accelerator == "cuda" else r.rocm_builds)})
+        raise UsageError(
+            f"no torch release in envbuild's data has {_build_words(parts)}",
+            hint=f"builds it knows: {', '.join(known)}; name the profile after one of them",
+        )
+    fits = [r for r in with_build if r.python_ok(parts.python)]
+    if not fits:
+        pythons = sorted({p for r in with_build for p in r.python_versions()}, key=Version)
+        first, last = with_build[0].release, with_build[-1].release
+        releases = first if first == last else f"{first}-{last}"
+        raise UsageError(
+            f"no torch release with {_build_words(parts)} ({releases}) supports Python {parts.python}",
+            hint=f"those releases support Python {pythons[0]}-{pythons[-1]}: name the profile "
+            f"{parts.token}-py{pythons[-1].replace('.', '')} or pick another build",
+        )
+    newest = max(fits, key=lambda r: Version(r.release))
+    verified = [r for r in fits if r.confidence == "verified"]
+    if newest.confidence == "verified" or not verified:
+        return newest
+    chosen = max(verified, key=lambda r: Version(r.release))
+    notes.append(
+        f"torch {newest.release} also has {_build_words(parts)} for Python {parts.python}, but envbuild's data "
+        f"for it is unverified; pass --torch {newest.release} to take it anyway"
+    )
+    return chosen
+
+
+def pick_numpy(parts: profile.NameParts, torch: str) -> str:
+    """The newest numpy series with wheels for this Python that this torch allows."""
+    db = compat.load()
+    allowed = [
+        r.numpy
+        for r in db.numpy.python_ranges
+        if Version(r.python[0]) <= Version(parts.python) <= Version(r.python[1])
+        and (Version(r.numpy).major < 2 or db.numpy2_allowed(torch))
+    ]
+    if not allowed:
+        raise UsageError(
+            f"envbuild's data has no numpy release for Python {parts.python} that torch {torch} allows",
+            hint="pass --numpy X.Y.Z",
+        )
+    return max(allowed, key=Version)
+
+
+def choose(name: str, *, torch: str | None, numpy: str | None, index_url: str | None) -> Choice:
+    """Decide the torch and numpy releases for a new profile called `name`."""
+    parts = profile.name_parts(name)
+    if parts is None:
+        raise UsageError(
+            f"{name!r} does not say what to build",
+            hint="name it <accelerator>-py<XY>[-suffix]: cpu-py312, cu126-py312, rocm63-py312-dev",
+        )
+    for option, value in (("--torch", torch), ("--numpy", numpy)):
+        if value is not None and not _RELEASE_OR_SERIES.fullmatch(value):
+            raise UsageError(f"{option} {value!r}: expected a release (2.9.1) or a series (2.9)")
+    notes: list[str] = []
+    series = torch if torch else pick_torch(parts, notes).release
+    numpy_series = numpy if numpy else pick_numpy(parts, series)
+    wanted = {
+        pkg: value
+        for pkg, value in (("torch", series), ("numpy", numpy_series))
+        if not profile.RELEASE_RE.fullmatch(value)
+    }
+    found: dict[str, str] = {}
+    if wanted:
+        found = lock.newest_versions(
+            [f"{pkg}=={value}.*" for pkg, value in wanted.items()],
+            parts.python,
+            index_url=index_url or render.PYPI_SIMPLE,
+            route=_LOOKUP_ROUTE,
+        )
+    exact = {pkg: found.get(pkg, value) for pkg, value in (("torch", series), ("numpy", numpy_series))}
+    return Choice(parts, exact["torch"], exact["numpy"], notes)
+
+
+def profile_text(name: str, choice: Choice, base: str | None = None) -> str:
+    """The profile file: the fields `new` decided, and the common optional ones commented out."""
+    parts = choice.parts
+    row = compat.load().release(choice.torch)
+    what = {"cuda": f"CUDA {parts.version}", "rocm": f"ROCm {parts.version}"}.get(parts.accelerator, "CPU")
+    # Versions and what the user passed are JSON strings, which YAML reads as double-quoted
+    # scalars: "3.10" stays a string, and no --base value can end the line and start a field.
+    quoted = [
+        *([(parts.accelerator, parts.version)] if parts.version else []),
+        ("python", parts.python),
+        ("torch", choice.torch),
+        ("numpy", choice.numpy),
+        *([("base", base)] if base else []),
+    ]
+    return (
+        f"# Written by `envbuild new {name}` from envbuild's compat data; edit freely,\n"
+        f"# `envbuild validate {name}` checks it.\n"
+        f"name: {name}\n"
+        f"description: {what} build of torch {row.release if row else choice.torch}, Python {parts.python}\n"
+        f"accelerator: {parts.accelerator}\n"
+        + "".join(f"{key}: {json.dumps(value)}\n" for key, value in quoted)
+        + "# torchvision: auto          # the release that pairs with torch\n"
+        "# torchaudio: auto\n"
+        '# packages: ["einops==0.8.1"]\n'
+        '# apt: ["git"]\n'
+    )
+
+
+@dataclass(frozen=True)
+class Created:
+    path: Path
+    text: str
+    choice: Choice
+    warnings: list[str]  # what `validate` warns about the written profile
+    notes: list[str]  # why this torch, and where it comes from
+
+
+def create(
+    project: Project,
+    name: str,
+    *,
+    torch: str | None = None,
+    numpy: str | None = None,
+    index_url: str | None = None,
+    base: str | None = None,
+    force: bool = False,
+) -> Created:
+    """Choose, validate, then write profiles/NAME.yaml; nothing is written unless it validates."""
+    target = project.profiles_dir / f"{name}.yaml"
+    shown = project.rel(target)
+    if target.exists() and not force:
+        raise UsageError(
+            f"{shown} exists", hint=f"pass --force to replace it, or edit it and run `envbuild validate {name}`"
+        )
+    choice = choose(name, torch=torch, numpy=numpy, index_url=index_url or project.config.index_url)
+    text = profile_text(name, choice, base)
+    with tempfile.TemporaryDirectory(prefix="envbuild-new-") as tmp:
+        trial = Path(tmp) / f"{name}.yaml"
+        trial.write_text(text, encoding="utf-8")
+        loaded = validate.check(trial, shown)
+    if loaded.errors:
+        raise ProfileError(
+            f"{shown}: the chosen combination is invalid; nothing written",
+            loaded.diagnostics,
+            hint="nothing was written; choose with --torch / --numpy / --base, or write the profile by hand",
+        )
+    atomic_write_many({target: text})
+    warnings = [d.render() for d in loaded.warnings]
+    return Created(target, text, choice, warnings, [*choice.notes, *_source_notes(loaded.profile, project)])
+
+
+def _source_notes(prof: profile.Profile, project: Project) -> list[str]:
+    """Where the torch family will come from, when it is not PyPI: that index must be reachable to lock."""
+    src = render.torch_source(prof, index_url=project.config.index_url, torch_index=project.config.torch_index)
+    if src.route == "pypi":
+        return []
+    row = compat.load().release(prof.torch)
+    pypi = f" (PyPI's default {row.release} wheel is the CUDA {row.pypi_cuda} build)" if row else ""
+    return [f"torch {prof.torch} comes from {src.torch_index}{pypi}: `envbuild lock` needs to reach it"]

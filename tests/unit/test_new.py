@@ -1,0 +1,182 @@
+"""`envbuild new NAME`: a first profile chosen from the compat data, valid before it is written."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envbuild import lock, profile
+from envbuild.project import open_project
+
+from ..conftest import Result
+
+Lookups = list[tuple[list[str], str]]
+
+
+@pytest.fixture
+def empty_project(tmp_path: Path) -> Path:
+    """A folder with nothing in it: `new` is how a project starts."""
+    root = tmp_path / "fresh"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def index(monkeypatch: pytest.MonkeyPatch) -> Lookups:
+    """Stands in for the newest-patch lookup (tests/e2e/test_lock_real.py asks real PyPI)."""
+    asked: Lookups = []
+    newest = {"torch==2.14.*": "2.14.1", "torch==2.2.*": "2.2.2", "numpy==2.4.*": "2.4.6", "numpy==1.26.*": "1.26.4"}
+
+    def lookup(requirements: list[str], python: str, **_: object) -> dict[str, str]:
+        asked.append((list(requirements), python))
+        return {r.split("==")[0]: newest[r] for r in requirements}
+
+    monkeypatch.setattr(lock, "newest_versions", lookup)
+    return asked
+
+
+def test_new_writes_the_newest_verified_release_with_that_build(
+    cli: Callable[..., Result], empty_project: Path, index: Lookups
+) -> None:
+    res = cli("new", "cu126-py312", "--project", str(empty_project))
+    assert res.code == 0, res.err
+    # 2.15 has a CUDA 12.6 build too, but its compat data is unverified: 2.14 is taken, and the note says why.
+    assert index == [(["torch==2.14.*", "numpy==2.4.*"], "3.12")]
+    written = (empty_project / "profiles" / "cu126-py312.yaml").read_text()
+    assert written == (
+        "# Written by `envbuild new cu126-py312` from envbuild's compat data; edit freely,\n"
+        "# `envbuild validate cu126-py312` checks it.\n"
+        "name: cu126-py312\n"
+        "description: CUDA 12.6 build of torch 2.14, Python 3.12\n"
+        "accelerator: cuda\n"
+        'cuda: "12.6"\n'
+        'python: "3.12"\n'
+        'torch: "2.14.1"\n'
+        'numpy: "2.4.6"\n'
+        "# torchvision: auto          # the release that pairs with torch\n"
+        "# torchaudio: auto\n"
+        '# packages: ["einops==0.8.1"]\n'
+        '# apt: ["git"]\n'
+    )
+    assert res.out == written
+    assert "note: torch 2.15 also has a CUDA 12.6 build for Python 3.12, but envbuild's data" in res.err
+    assert "note: torch 2.14.1 comes from https://download.pytorch.org/whl/cu126" in res.err
+    assert "next: envbuild lock cu126-py312 && envbuild build cu126-py312" in res.err
+    assert cli("validate", "--all", "--strict", "--project", str(empty_project)).code == 0
+
+
+def test_new_keeps_numpy_1_for_a_torch_built_against_it(
+    cli: Callable[..., Result], empty_project: Path, index: Lookups
+) -> None:
+    res = cli("new", "cu121-py311", "--torch", "2.2", "--json", "--project", str(empty_project))
+    assert res.code == 0, res.err
+    assert index == [(["torch==2.2.*", "numpy==1.26.*"], "3.11")]
+    report = json.loads(res.out)
+    assert (report["torch"], report["numpy"], report["path"]) == ("2.2.2", "1.26.4", "profiles/cu121-py311.yaml")
+    assert report["next"] == ["envbuild lock cu121-py311", "envbuild build cu121-py311"]
+    assert report["notes"] == []  # 2.2's CUDA 12.1 build is PyPI's default wheel
+
+
+def test_new_with_exact_releases_asks_no_index(cli: Callable[..., Result], empty_project: Path, index: Lookups) -> None:
+    res = cli("new", "rocm63-py312-dev", "--torch", "2.8.0", "--numpy", "2.1.3", "--project", str(empty_project))
+    assert res.code == 0, res.err
+    assert index == []
+    proj = open_project(str(empty_project))
+    prof = profile.load_valid(proj.profile_path("rocm63-py312-dev"))
+    assert (prof.accelerator, prof.rocm, prof.python, prof.torch, prof.numpy) == (
+        "rocm",
+        "6.3",
+        "3.12",
+        "2.8.0",
+        "2.1.3",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["foo"], "error: 'foo' does not say what to build\n  fix: name it <accelerator>-py<XY>[-suffix]"),
+        (["cu125-py312"], "no torch release in envbuild's data has a CUDA 12.5 build\n  fix: builds it knows: 11.6,"),
+        (
+            ["cu116-py312"],
+            "no torch release with a CUDA 11.6 build (1.13) supports Python 3.12\n"
+            "  fix: those releases support Python 3.7-3.10: name the profile cu116-py310",
+        ),
+        (["cu126-py312", "--torch", "2.9; rm"], "--torch '2.9; rm': expected a release (2.9.1) or a series (2.9)"),
+        (
+            ["cu126-py312", "--torch", "2.3.1", "--numpy", "1.26.4"],
+            "profiles/cu126-py312.yaml:6: cuda: torch 2.3.1 has no CUDA 12.6 build (it has 11.8, 12.1)",
+        ),
+        (
+            ["cu130-py314", "--torch", "2.14.1", "--numpy", "2.4.6"],
+            "envbuild has no default base image with Python 3.14",
+        ),
+    ],
+)
+def test_new_refuses_what_cannot_work_and_writes_nothing(
+    cli: Callable[..., Result], empty_project: Path, index: Lookups, args: list[str], said: str
+) -> None:
+    res = cli("new", *args, "--project", str(empty_project))
+    assert res.code == 2
+    assert said in res.err
+    assert not (empty_project / "profiles").exists() or not any((empty_project / "profiles").iterdir())
+
+
+def test_new_refusal_after_validation_says_nothing_was_written(
+    cli: Callable[..., Result], empty_project: Path, index: Lookups
+) -> None:
+    res = cli("new", "cu130-py314", "--torch", "2.14.1", "--numpy", "2.4.6", "--project", str(empty_project))
+    assert "fix: nothing was written; choose with --torch / --numpy / --base" in res.err
+    base = "debian:trixie-slim@sha256:" + "a" * 64
+    res = cli(
+        "new", "cu130-py314", "--torch", "2.14.1", "--numpy", "2.4.6", "--base", base, "--project", str(empty_project)
+    )
+    assert res.code == 0, res.err
+    assert f'base: "{base}"\n' in (empty_project / "profiles" / "cu130-py314.yaml").read_text()
+
+
+def test_new_keeps_an_existing_profile_unless_forced(
+    cli: Callable[..., Result], empty_project: Path, index: Lookups
+) -> None:
+    path = empty_project / "profiles" / "cpu-py311.yaml"
+    path.parent.mkdir()
+    path.write_text("# mine\n")
+    res = cli("new", "cpu-py311", "--project", str(empty_project))
+    assert res.code == 2 and "profiles/cpu-py311.yaml exists" in res.err and "--force" in res.err
+    assert path.read_text() == "# mine\n"
+    assert cli("new", "cpu-py311", "--force", "--project", str(empty_project)).code == 0
+    assert path.read_text().startswith("# Written by `envbuild new cpu-py311`")
+
+
+def test_new_without_an_index_says_how_to_go_on(
+    cli: Callable[..., Result], empty_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real uv against a closed port: exit 4, the host and cause, and the offline way round."""
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = cli("new", "cpu-py311", "--index-url", f"http://127.0.0.1:{port}/simple", "--project", str(empty_project))
+    assert res.code == 4
+    assert "error: uv cannot reach 127.0.0.1: the connection was refused" in res.err
+    assert "fix: check the network path to 127.0.0.1 (HTTPS_PROXY), or pass exact releases (--torch X.Y.Z" in res.err
+    assert not (empty_project / "profiles").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "parts"),
+    [
+        ("cpu-py310", ("cpu", None, "3.10")),
+        ("cu126-py312-dev", ("cuda", "12.6", "3.12")),
+        ("rocm63-py312", ("rocm", "6.3", "3.12")),
+        ("rocm612-py311", ("rocm", "6.1.2", "3.11")),
+    ],
+)
+def test_name_parts(name: str, parts: tuple[str, str | None, str]) -> None:
+    got = profile.name_parts(name)
+    assert got is not None and (got.accelerator, got.version, got.python) == parts
+    assert profile.name_parts("gpu-py312") is None
