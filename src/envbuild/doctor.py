@@ -11,7 +11,7 @@ from typing import Any
 from envbuild import compat
 from envbuild.errors import EngineUnavailable
 from envbuild.project import Project
-from envbuild.smoke.inside import driver_version, version_tuple
+from envbuild.smoke.inside import arch_covers, driver_verdict, driver_version
 
 
 @dataclass
@@ -108,48 +108,9 @@ def inspect_host() -> HostReport:
 def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
     from envbuild import ci
 
-    db = compat.load()
     out = []
     for prof in ci.profiles(project):
-        ok, why = True, "runs here"
-        if prof.accelerator == "cuda" and prof.cuda:
-            floor = db.driver_floor(prof.cuda)
-            arches = db.arches_for(prof.cuda, prof.torch)
-            if not report.gpus:
-                ok, why = False, "no NVIDIA GPU on this host"
-            elif (
-                report.nvidia_driver
-                and floor
-                and version_tuple(report.nvidia_driver) < version_tuple(floor.minor_floor)
-            ):
-                ok, why = (
-                    False,
-                    f"driver {report.nvidia_driver} is below {floor.minor_floor}, the floor for CUDA {prof.cuda}",
-                )
-            elif arches:
-                missing = [
-                    g
-                    for g in report.gpus
-                    if g.capability.replace(".", "") not in arches.sm
-                    and not (arches.ptx and int(g.capability.replace(".", "")) >= int(arches.ptx))
-                ]
-                if missing:
-                    ok, why = (
-                        False,
-                        (
-                            f"{missing[0].name} (sm_{missing[0].capability.replace('.', '')}) is not in the "
-                            f"{prof.build_tag} build (sm_{', sm_'.join(arches.sm)})"
-                        ),
-                    )
-            if (
-                ok
-                and report.nvidia_driver
-                and floor
-                and version_tuple(report.nvidia_driver) < version_tuple(floor.min_driver)
-            ):
-                why = f"runs through CUDA minor-version compatibility (full support from driver {floor.min_driver})"
-        elif prof.accelerator == "rocm" and not report.rocm_devices:
-            ok, why = False, "no ROCm device (/dev/kfd) on this host"
+        ok, why = _verdict(prof, report)
         out.append(
             {
                 "profile": prof.name,
@@ -160,6 +121,39 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _verdict(prof: Any, report: HostReport) -> tuple[bool, str]:
+    """Whether one profile's image can run on this host, judged as its smoke test would judge it."""
+    if prof.accelerator == "rocm":
+        if not report.rocm_devices:
+            return False, "no ROCm device (/dev/kfd) on this host"
+        return True, f"{len(report.rocm_devices)} ROCm render node(s)"
+    if prof.accelerator != "cuda" or not prof.cuda:
+        return True, "CPU profile"
+    if not report.gpus:
+        return False, "no NVIDIA GPU on this host"
+    db = compat.load()
+    floor = db.driver_floor(prof.cuda)
+    note = None
+    if report.nvidia_driver and floor:
+        # The same decisions the smoke test makes inside the image (smoke.inside), so the two agree.
+        problem, note = driver_verdict(
+            report.nvidia_driver, {"minor_floor": floor.minor_floor, "min_driver": floor.min_driver}, prof.cuda
+        )
+        if problem:
+            return False, problem
+    arches = db.arches_for(prof.cuda, prof.torch)
+    if arches:
+        arch_list = [f"sm_{sm}" for sm in arches.sm] + ([f"compute_{arches.ptx}"] if arches.ptx else [])
+        missing = [g for g in report.gpus if not arch_covers(g.capability, arch_list)]
+        if missing:
+            gpu = missing[0]
+            return False, (
+                f"{gpu.name} (sm_{gpu.capability.replace('.', '')}) is not in the "
+                f"{prof.build_tag} build ({', '.join(arch_list)})"
+            )
+    return True, note or f"{len(report.gpus)} GPU(s), driver {report.nvidia_driver or 'unknown'}"
 
 
 def doctor(project: Project) -> HostReport:

@@ -1,0 +1,64 @@
+"""`envbuild doctor`'s verdict per profile: the host as nvidia-smi would describe it, the shipped profiles.
+
+No GPU exists here, so the host is described rather than probed; the decisions are the ones the
+smoke test makes inside the image (driver floors, architecture coverage), and must agree with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envbuild import doctor
+from envbuild.project import open_project
+
+H200 = doctor.Gpu(0, "NVIDIA H200", "9.0", 143771)
+B200 = doctor.Gpu(0, "NVIDIA B200", "10.0", 183359)
+RTX5090 = doctor.Gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)
+GB10 = doctor.Gpu(0, "NVIDIA GB10", "12.1", 122502)
+
+
+def _verdicts(project: Path, report: doctor.HostReport) -> dict[str, tuple[bool, str]]:
+    return {v["profile"]: (v["runs_here"], v["why"]) for v in doctor.verdicts(open_project(str(project)), report)}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "driver", "profile", "runs", "why"),
+    [
+        (H200, "570.86.10", "cu121-py311", True, "1 GPU(s), driver 570.86.10"),
+        # Between the minor-version floor (525.60.13) and full support (560.28.03).
+        (H200, "535.104.05", "cu126-py312", True, "runs CUDA 12.6 through minor-version compatibility"),
+        (
+            H200,
+            "535.104.05",
+            "cu130-py313",
+            False,
+            "driver 535.104.05 is older than 580, the oldest that runs CUDA 13.0",
+        ),
+        # Blackwell: torch 2.3's CUDA 12.1 build stops at sm_90 with no PTX, so is_available() lies there.
+        (RTX5090, "580.65.06", "cu121-py311", False, "NVIDIA GeForce RTX 5090 (sm_120) is not in the cu121 build"),
+        (B200, "580.65.06", "cu128-py313", True, "1 GPU(s)"),
+        # sm_121 has no SASS in the cu130 build; its compute_120 PTX is compiled by the driver.
+        (GB10, "580.65.06", "cu130-py313", True, "1 GPU(s)"),
+        (GB10, "580.65.06", "cu128-py313", False, "(sm_121) is not in the cu128 build"),
+    ],
+)
+def test_cuda_verdicts(project: Path, gpu: doctor.Gpu, driver: str, profile: str, runs: bool, why: str) -> None:
+    report = doctor.HostReport(nvidia_driver=driver, gpus=[gpu], nvidia_runtime=True)
+    got_runs, got_why = _verdicts(project, report)[profile]
+    assert got_runs is runs
+    assert why in got_why
+
+
+def test_a_host_without_gpus_runs_only_cpu_profiles(project: Path) -> None:
+    verdicts = _verdicts(project, doctor.HostReport())
+    assert {name for name, (runs, _) in verdicts.items() if runs} == {"cpu-py311", "cpu-py311-conda", "cpu-py312"}
+    assert verdicts["cu121-py311"] == (False, "no NVIDIA GPU on this host")
+    assert verdicts["rocm63-py312"] == (False, "no ROCm device (/dev/kfd) on this host")
+    assert verdicts["cpu-py311"] == (True, "CPU profile")
+
+
+def test_rocm_host(project: Path) -> None:
+    verdicts = _verdicts(project, doctor.HostReport(rocm_devices=["renderD128", "renderD129"]))
+    assert verdicts["rocm63-py312"] == (True, "2 ROCm render node(s)")
