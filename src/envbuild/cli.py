@@ -661,15 +661,13 @@ def smoke(
             image = f"{b.repository(proj, b.BuildOptions(repo=tag))}:{prof.name}"
             if result_file.is_file():
                 image = _json.loads(result_file.read_text())["built_image_id"]
+            engine.local_image(cli, image, prof.name)  # an unknown image is a usage error, not a failed smoke run
         else:
             image = target
             accelerator = engine.labels_of(cli, image).get("io.envbuild.accelerator", "cpu")
         if gpus == "auto":
-            gpus = (
-                "all"
-                if accelerator != "cpu" and host.host_has_gpu(accelerator)
-                else ("all" if accelerator != "cpu" else "none")
-            )
+            # A GPU profile asks for its GPUs even where there are none: its gpu check then fails, as it should.
+            gpus = "all" if accelerator != "cpu" else "none"
         report = host.run_in_image(
             cli, image, gpus=gpus, timeout=timeout, accelerator=accelerator, shm_size=shm_size, ipc_host=ipc_host
         )
@@ -875,11 +873,13 @@ def run_image(
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
     import subprocess
 
-    from envbuild import runner
+    from envbuild import engine, runner
 
     proj = _project(project)
     prof = _load(proj, name)
     image = f"{tag or proj.config.repository}:{prof.name}"
+    # `docker run` would otherwise go looking for the image on Docker Hub and fail there.
+    engine.local_image(engine.client(), image, prof.name)
     argv = runner.docker_argv(
         prof,
         image,

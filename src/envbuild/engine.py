@@ -87,11 +87,18 @@ def _split(ref: str) -> tuple[str, str | None]:
     return ref, "latest"
 
 
-def labels_of(cli: Any, ref: str) -> dict[str, str]:
+def local_image(cli: Any, ref: str, profile: str = "NAME") -> Any:
+    """The engine's image `ref`, or ImageMissing that says how to get it."""
     import docker
 
     try:
-        image = cli.images.get(ref)
+        return cli.images.get(ref)
     except docker.errors.ImageNotFound as exc:
-        raise ImageMissing(f"no image {ref} in the engine", hint="build it first: envbuild build NAME") from exc
-    return dict(image.labels or {})
+        raise ImageMissing(
+            f"no image {ref} in the engine",
+            hint=f"build it (envbuild build {profile}) or pull it (envbuild pull {profile})",
+        ) from exc
+
+
+def labels_of(cli: Any, ref: str) -> dict[str, str]:
+    return dict(local_image(cli, ref).labels or {})

@@ -10,7 +10,7 @@ from typing import Any
 
 from envbuild import build as build_mod
 from envbuild import engine, lock, lockfile
-from envbuild.errors import ImageMissing, PublishError, UsageError, VerifyError
+from envbuild.errors import PublishError, UsageError, VerifyError
 from envbuild.fsutil import sha256_file
 from envbuild.profile import Profile
 from envbuild.project import Project
@@ -107,15 +107,11 @@ def smoke_passed(labels: dict[str, str]) -> bool:
 def push(
     project: Project, prof: Profile, *, repo: str | None, registry: str | None, events: Events | None = None
 ) -> PushResult:
-    import docker
 
     say = events or (lambda *_: None)
     cli = engine.client()
     local = f"{repo or project.config.repository}:{prof.name}"
-    try:
-        image = cli.images.get(local)
-    except docker.errors.ImageNotFound as exc:
-        raise ImageMissing(f"no local image {local}", hint=f"build it first: envbuild build {prof.name}") from exc
+    image = engine.local_image(cli, local, prof.name)
     labels = dict(image.labels or {})
     if not smoke_passed(labels):
         raise PublishError(

@@ -288,3 +288,24 @@ def test_host_smoke_script_on_a_torch_install_without_envbuild(cpu_venv: Path, t
     assert "| ddp | pass |" in report and "| gpu | skip |" in report
     smoke = json.loads((out / "smoke.json").read_text())
     assert smoke["passed"] and _check(smoke, "versions")["facts"]["executable"] == str(cpu_venv / "bin" / "python")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["smoke", "cu124-py312"],
+        ["run", "cu124-py312", "--", "python", "-c", "1"],
+        ["push", "cu124-py312", "--registry", "localhost:5999/none"],
+    ],
+)
+def test_an_image_that_was_never_built_is_a_usage_error(
+    docker_client: Any, e2e_project: Path, command: list[str]
+) -> None:
+    """Not a failed smoke run (8), and not `docker run` asking Docker Hub for it (125)."""
+    repo = "envbuild-e2e-never-built"
+    assert docker_client.images.list(name=repo) == []
+    res = envbuild(*command[:2], "--tag", repo, *command[2:], cwd=e2e_project, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert f"error: no image {repo}:cu124-py312 in the engine" in res.stderr
+    assert "fix: build it (envbuild build cu124-py312) or pull it (envbuild pull cu124-py312)" in res.stderr
+    assert "registry-1.docker.io" not in res.stderr
