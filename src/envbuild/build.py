@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from envbuild import __version__, compat, engine, lock, lockfile, render
+from envbuild import __version__, buildfail, compat, engine, lock, lockfile, render
 from envbuild.errors import BuildError, BuildFailure, SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many, sha256_file
 from envbuild.profile import Profile
@@ -298,6 +298,7 @@ class _Log:
         self.ran = 0  # steps that executed a container ("Running in"), i.e. were not cached
 
     def line(self, text: str) -> None:
+        text = buildfail.plain(text)
         self.fh.write(text + "\n")
         self.fh.flush()
         if text.strip():
@@ -310,16 +311,6 @@ class _Log:
         return BuildFailure(
             step=self.step or "(before the first step)", tail=self.tail[-TAIL:], log_path=str(self.path)
         )
-
-
-def _hash_mismatch(tail: list[str]) -> str:
-    """The packages pip names when a downloaded file does not match the lockfile's hash."""
-    names = []
-    for line in tail:
-        m = re.match(r"^\s*([A-Za-z0-9_.-]+==\S+) from ", line)
-        if m:
-            names.append(m.group(1))
-    return ", ".join(dict.fromkeys(names))
 
 
 def _sdk_build(
@@ -362,12 +353,10 @@ def _sdk_build(
 
 
 def _build_error(prof: Profile, message: str, log: _Log) -> BuildError:
-    mismatch = _hash_mismatch(log.tail)
-    hint = f"see {log.path}"
-    if mismatch:
-        message = f"hash mismatch for {mismatch}: the downloaded file is not the one the lockfile pinned"
-        hint = f"if the lockfile was edited, restore it; else re-lock on purpose: envbuild lock {prof.name} --upgrade"
-    return BuildError(f"build of {prof.name} failed: {message.strip()}", log.failure(), hint=hint)
+    found = buildfail.diagnose(log.tail, prof.name)
+    if found is None:
+        return BuildError(f"build of {prof.name} failed: {message.strip()}", log.failure(), hint=f"see {log.path}")
+    return BuildError(f"build of {prof.name} failed: {found.message}", log.failure(), hint=found.hint)
 
 
 def _buildkit_cli() -> list[str]:

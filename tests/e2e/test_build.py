@@ -140,6 +140,29 @@ def test_tampered_hash_fails_naming_the_package_and_moves_no_tag(
     assert docker_client.images.get(f"{repo_name}:cpu-py311").id == before
 
 
+def test_unknown_apt_package_names_the_field_and_moves_no_tag(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    proj = tmp_path / "apt"
+    shutil.copytree(e2e_project / "profiles", proj / "profiles")
+    shutil.copytree(e2e_project / "lockfiles", proj / "lockfiles")
+    with (proj / "profiles" / "cpu-py311.yaml").open("a") as fh:
+        fh.write('apt: ["envbuild-no-such-package"]\n')
+    before = docker_client.images.get(f"{repo_name}:cpu-py311").id
+    res = envbuild(*local_build("cpu-py311", repo_name), cwd=proj)
+    assert res.returncode == 7, res.stderr[-3000:]
+    assert (
+        "error: build of cpu-py311 failed: apt has no package 'envbuild-no-such-package' "
+        "in the base image's distribution" in res.stderr
+    )
+    assert "fix: fix or remove it in the `apt:` list of cpu-py311's profile" in res.stderr
+    # The legacy builder wraps a step's stderr in colour codes; neither the message nor the log keeps them.
+    log = (proj / ".envbuild" / "cpu-py311" / "build.log").read_text()
+    assert "E: Unable to locate package envbuild-no-such-package" in log
+    assert "\x1b" not in res.stderr and "\x1b" not in log
+    assert docker_client.images.get(f"{repo_name}:cpu-py311").id == before
+
+
 def test_engine_unreachable(e2e_project: Path) -> None:
     res = envbuild(
         "build",

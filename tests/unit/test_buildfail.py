@@ -1,0 +1,75 @@
+"""A failed build says the cause a user can act on, not "returned a non-zero code: 100".
+
+The tails are what pip 24 and apt printed in real containers here (network cut with
+`--network none`, TLS through this machine's intercepting proxy without its CA).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from envbuild import buildfail
+
+PIP_TLS = [
+    "Could not fetch URL https://pypi.org/simple/numpy/: There was a problem confirming the ssl certificate: "
+    "HTTPSConnectionPool(host='pypi.org', port=443): Max retries exceeded with url: /simple/numpy/ (Caused by "
+    "SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: "
+    "self-signed certificate in certificate chain (_ssl.c:992)'))) - skipping",
+    "ERROR: Could not find a version that satisfies the requirement numpy==2.1.3 (from versions: none)",
+    "ERROR: No matching distribution found for numpy==2.1.3",
+]
+PIP_OFFLINE = [
+    "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection "
+    "broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f8127920350>: "
+    "Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/numpy/",
+    "ERROR: Could not find a version that satisfies the requirement numpy==2.1.3 (from versions: none)",
+    "ERROR: No matching distribution found for numpy==2.1.3",
+]
+PIP_NOT_IN_WHEELHOUSE = PIP_OFFLINE[1:]
+APT_OFFLINE = [
+    "  Temporary failure resolving 'deb.debian.org'",
+    "W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Temporary failure resolving "
+    "'deb.debian.org'",
+    "W: Some index files failed to download. They have been ignored, or old ones used instead.",
+    "E: Unable to locate package python3.11",
+]
+APT_MISSING = ["Building dependency tree...", "E: Unable to locate package envbuild-no-such-package"]
+APT_VERSION = ["E: Version '9.9' for 'git' was not found"]
+HASHES = [
+    "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package "
+    "versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have "
+    "tampered with them.",
+    "    numpy==2.1.3 from https://files.pythonhosted.org/packages/numpy-2.1.3-cp311.whl:",
+    "        Expected sha256 0000000000000000000000000000000000000000000000000000000000000000",
+]
+
+
+@pytest.mark.parametrize(
+    ("tail", "message", "hint"),
+    [
+        (PIP_TLS, "the server's TLS certificate is not trusted", "--ca-bundle"),
+        (PIP_OFFLINE, "the build could not reach the network", "--find-links DIR"),
+        (APT_OFFLINE, "the build could not reach the network (deb.debian.org)", "DNS and proxy"),
+        (
+            PIP_NOT_IN_WHEELHOUSE,
+            "pip found no file for numpy==2.1.3 where the lockfile says it comes from",
+            "envbuild build cpu-py311 --find-links DIR",
+        ),
+        (APT_MISSING, "apt has no package 'envbuild-no-such-package'", "the `apt:` list of cpu-py311's profile"),
+        (APT_VERSION, "apt has no version 9.9 of git", "version pin of git"),
+        (HASHES, "hash mismatch for numpy==2.1.3", "envbuild lock cpu-py311 --upgrade"),
+    ],
+)
+def test_diagnose_names_the_cause_not_the_symptom(tail: list[str], message: str, hint: str) -> None:
+    found = buildfail.diagnose(tail, "cpu-py311")
+    assert found is not None
+    assert message in found.message
+    assert hint in found.hint
+
+
+def test_an_unknown_failure_is_left_to_the_engines_message() -> None:
+    assert buildfail.diagnose(["Step 3/9 : RUN false", "returned a non-zero code: 1"], "cpu-py311") is None
+
+
+def test_plain_strips_the_legacy_builders_colour_codes() -> None:
+    assert buildfail.plain("\x1b[91mE: Unable to locate package x\n\x1b[0m") == "E: Unable to locate package x\n"
