@@ -74,7 +74,7 @@ def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
         output.emit_json(rows)
         return
     if not rows:
-        output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/")
+        output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/: `envbuild new cu126-py312` starts one")
         return
     output.out().print(
         output.table(

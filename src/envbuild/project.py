@@ -81,12 +81,19 @@ class Project:
             return path
         names = self.profile_names()
         close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(close)}?" if close else "run `envbuild list` to see them"
+        from envbuild.profile import NAME_RE  # only on this error path: it loads pydantic
+
+        start = f"`envbuild new {name_or_path}` writes one" if NAME_RE.fullmatch(name_or_path) else ""
+        if close:
+            hint = f"did you mean {', '.join(close)}?" + (f" Or {start}" if start else "")
+        else:
+            hint = start or "run `envbuild list` to see them"
         where = self.rel(self.profiles_dir)
         if not names:
             raise UsageError(
                 f"no profile {name_or_path!r}: {where}/ has no profiles",
-                hint="run envbuild in a project folder or pass --project DIR",
+                hint="run envbuild in a project folder or pass --project DIR; "
+                + (start or "`envbuild new NAME` starts one"),
             )
         raise UsageError(f"no profile {name_or_path!r} in {where}/", hint=hint)
 

@@ -180,3 +180,13 @@ def test_name_parts(name: str, parts: tuple[str, str | None, str]) -> None:
     got = profile.name_parts(name)
     assert got is not None and (got.accelerator, got.version, got.python) == parts
     assert profile.name_parts("gpu-py312") is None
+
+
+def test_an_empty_project_points_at_new(cli: Callable[..., Result], empty_project: Path) -> None:
+    res = cli("validate", "cu121-py311", "--project", str(empty_project))
+    assert res.code == 2
+    assert "no profile 'cu121-py311': profiles/ has no profiles" in res.err
+    assert "`envbuild new cu121-py311` writes one" in res.err
+    listed = cli("list", "--project", str(empty_project))
+    assert listed.code == 0 and listed.out == ""
+    assert "`envbuild new cu126-py312` starts one" in listed.err
