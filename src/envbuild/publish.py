@@ -89,8 +89,30 @@ def _with_retries(what: str, action: Callable[[], str], say: Events) -> str:
             delay *= 2
     raise PublishError(
         f"{what} failed; the registry answered: {last.splitlines()[0] if last else 'nothing'}",
-        hint="check that the registry is up and that `docker login` was run for it",
+        hint=registry_hint(what, last),
     )
+
+
+def registry_hint(what: str, answer: str) -> str:
+    """The fix for what a registry (or the engine on its behalf) answered to `what` ("push HOST/PATH:TAG")."""
+    ref = what.split(" ", 1)[-1]
+    host = ref.split("/", 1)[0]
+    text = answer.lower()
+    if any(s in text for s in ("no basic auth credentials", "unauthorized", "authentication required", "denied")):
+        return (
+            f"log in to {host}: `docker login {host}` (envbuild pushes and pulls with the Docker CLI's stored "
+            "credentials: $DOCKER_CONFIG/config.json, else ~/.docker/config.json)"
+        )
+    if "http response to https client" in text:
+        return (
+            f"{host} speaks plain HTTP: add it to insecure-registries in /etc/docker/daemon.json and restart "
+            "dockerd, or serve the registry over TLS"
+        )
+    if "manifest unknown" in text or "not found" in text:
+        return f"nothing is published as {ref}: push it first (envbuild push NAME --registry ...), or check the path"
+    if "no such host" in text:
+        return f"{host} does not resolve: check the --registry value (or `registry:` in the profile / envbuild.toml)"
+    return f"check that the registry at {host} is up and reachable from the Docker engine"
 
 
 @dataclass
@@ -107,7 +129,6 @@ def smoke_passed(labels: dict[str, str]) -> bool:
 def push(
     project: Project, prof: Profile, *, repo: str | None, registry: str | None, events: Events | None = None
 ) -> PushResult:
-
     say = events or (lambda *_: None)
     cli = engine.client()
     local = f"{repo or project.config.repository}:{prof.name}"

@@ -120,21 +120,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+# The password of the login-protected registry; its bcrypt hash below is what htpasswd stores.
+REGISTRY_USER, REGISTRY_PASSWORD = "envbuild", "envbuild-e2e"
+_REGISTRY_HTPASSWD = "envbuild:$2b$04$d7U6.KN8TvR2d4rN2iCbSO9zMtoXkwm069qolk80/eEa5oWJ72ncS\n"
+
+
+@contextlib.contextmanager
+def _serve_registry(root: Path, *, login: bool) -> Iterator[str]:
     """A real distribution registry (Debian's docker-registry) on a free loopback port."""
     import time
+    import urllib.error
     import urllib.request
 
     binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     if not Path(binary).exists():
         pytest.fail("the e2e suite needs Debian's docker-registry package (run `make engine`)")
-    root = tmp_path_factory.mktemp("registry")
     port = _free_port()
+    auth = ""
+    if login:
+        (root / "htpasswd").write_text(_REGISTRY_HTPASSWD)
+        auth = f"auth:\n  htpasswd:\n    realm: envbuild-e2e\n    path: {root / 'htpasswd'}\n"
     config = root / "config.yml"
     config.write_text(
         "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-        f"    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n"
+        f"    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}"
     )
     log = (root / "registry.log").open("w")
     proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
@@ -144,6 +153,10 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1) as resp:
                     if resp.status == 200:
                         break
+            except urllib.error.HTTPError as exc:
+                if exc.code == 401 and login:  # up, and asking for the login it should
+                    break
+                time.sleep(0.1)
             except OSError:
                 time.sleep(0.1)
         else:
@@ -156,3 +169,16 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _serve_registry(tmp_path_factory.mktemp("registry"), login=False) as address:
+        yield address
+
+
+@pytest.fixture(scope="session")
+def login_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same registry behind htpasswd: pushes and pulls need `docker login`'s stored credentials."""
+    with _serve_registry(tmp_path_factory.mktemp("login-registry"), login=True) as address:
+        yield address

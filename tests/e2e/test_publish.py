@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 import yaml
 
 from ..conftest import REPO
-from .conftest import envbuild
+from .conftest import REGISTRY_PASSWORD, REGISTRY_USER, envbuild
 
 pytestmark = pytest.mark.e2e
 
@@ -198,3 +200,67 @@ def test_run_passes_the_exit_code_and_mounts_the_folder(
     assert res.returncode == 3, res.stderr
     assert res.stdout.split() == ["hi", "1000", "2.13.0+cpu"]
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _docker_config(folder: Path, registry: str, password: str) -> Path:
+    """A Docker CLI config as `docker login` writes it (no credential helper)."""
+    import base64
+
+    folder.mkdir(parents=True)
+    token = base64.b64encode(f"{REGISTRY_USER}:{password}".encode()).decode()
+    (folder / "config.json").write_text(json.dumps({"auths": {registry: {"auth": token}}}))
+    return folder
+
+
+def test_a_registry_that_needs_login(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, login_registry: str, tmp_path: Path
+) -> None:
+    """Wrong credentials: exit 10 and `docker login HOST`; the CLI's stored ones: push and pull go through."""
+    # One small layer under the built image's labels: push judges the labels, and re-uploading
+    # 1.2 GB to a second registry would prove nothing the round-trip test does not.
+    labels = docker_client.images.get(built_cpu["image_id"]).labels
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", b"FROM scratch\nCOPY marker /marker\n"), ("marker", b"login\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    image, _ = docker_client.images.build(fileobj=context, custom_context=True, labels=labels, rm=True)
+    repo, target = "envbuild-e2e-login", f"{login_registry}/envbuild/login"
+    image.tag(repo, tag="cpu-py311")
+    wrong = _docker_config(tmp_path / "wrong", login_registry, "not-the-password")
+    right = _docker_config(tmp_path / "right", login_registry, REGISTRY_PASSWORD)
+    try:
+        res = envbuild(
+            "push", "cpu-py311", "--tag", repo, "--registry", target, cwd=e2e_project, env={"DOCKER_CONFIG": str(wrong)}
+        )
+        assert res.returncode == 10, res.stderr[-2000:]
+        assert "the registry answered: unauthorized: authentication required" in res.stderr
+        assert f"fix: log in to {login_registry}: `docker login {login_registry}`" in res.stderr
+        res = envbuild(
+            "push",
+            "cpu-py311",
+            "--tag",
+            repo,
+            "--registry",
+            target,
+            "--json",
+            cwd=e2e_project,
+            env={"DOCKER_CONFIG": str(right)},
+        )
+        assert res.returncode == 0, res.stderr[-2000:]
+        pushed = json.loads(res.stdout)
+        docker_client.images.remove(f"{target}:cpu-py311", noprune=True)
+        res = envbuild(
+            "pull", "cpu-py311", "--registry", target, "--json", cwd=e2e_project, env={"DOCKER_CONFIG": str(right)}
+        )
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert json.loads(res.stdout)["digest"] == pushed["digest"]
+    finally:
+        for ref in (
+            f"{repo}:cpu-py311",
+            *[f"{target}:{t}" for t in ("cpu-py311", f"cpu-py311-{labels['io.envbuild.lock-sha256'][:12]}")],
+        ):
+            with contextlib.suppress(Exception):
+                docker_client.images.remove(ref, force=True, noprune=True)
