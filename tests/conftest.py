@@ -26,6 +26,27 @@ VALID: dict[str, Any] = {
 
 
 @dataclass
+class FakeIndex:
+    """Stands in for the newest-version lookup (`lock.newest_versions`): the e2e suite asks real PyPI."""
+
+    newest: dict[str, str]  # "torch==2.14.*" -> "2.14.1"
+    asked: list[tuple[list[str], str]]
+
+    def __call__(self, requirements: list[str], python: str, **_: object) -> dict[str, str]:
+        self.asked.append((list(requirements), python))
+        return {r.split("==")[0]: self.newest[r] for r in requirements}
+
+
+@pytest.fixture
+def fake_index(monkeypatch: pytest.MonkeyPatch) -> FakeIndex:
+    from envbuild import lock
+
+    index = FakeIndex({}, [])
+    monkeypatch.setattr(lock, "newest_versions", index)
+    return index
+
+
+@dataclass
 class Result:
     code: int
     out: str

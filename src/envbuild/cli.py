@@ -209,6 +209,66 @@ def new(
 
 
 @app.command()
+def outdated(
+    names: Annotated[list[str] | None, typer.Argument(help="Profiles (default: all of them).")] = None,
+    check: Annotated[bool, typer.Option(help="Exit 1 when any profile is behind (a scheduled CI job).")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Profiles looked up at once.")] = 4,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What upstream released since the profiles were pinned: newer patches, and newer releases that fit."""
+    from envbuild import ci
+    from envbuild import outdated as od
+    from envbuild import profile as profile_mod
+    from envbuild.errors import LockError, ProfilesBehind
+
+    proj = _project(project)
+    if names:
+        profiles = [profile_mod.load_valid(proj.profile_path(n), proj.rel(proj.profile_path(n))) for n in names]
+    else:
+        profiles = ci.profiles(proj)
+    drifts = od.report(proj, profiles, jobs)
+    if as_json:
+        output.emit_json([d.as_dict() for d in drifts])
+    else:
+
+        def newer(d: od.Drift, value: str | None) -> str:
+            if not d.checked:
+                return "n/a"
+            return f"[yellow]{value}[/yellow]" if value else "-"
+
+        rows = [
+            [
+                d.profile,
+                d.torch,
+                newer(d, d.torch_patch),
+                newer(d, d.newer_torch),
+                d.numpy,
+                newer(d, d.numpy_patch),
+                newer(d, d.newer_numpy),
+            ]
+            for d in drifts
+        ]
+        columns = ["profile", "torch", "patch", "release", "numpy", "patch", "release"]
+        caption = "patch: newest of the pinned series; release: newest series with the same build and Python"
+        output.out().print(output.table(None, columns, rows, caption=caption))
+        err = output.err()
+        for d in drifts:
+            for line in [*d.notes, *([d.error] if d.error else [])]:
+                err.print(f"{d.profile}: {line}", markup=False)
+    failed = [d.profile for d in drifts if d.error]
+    if failed:
+        raise LockError(f"could not look up {', '.join(failed)}", hint="the lines above say why")
+    behind = [d.profile for d in drifts if d.outdated]
+    if check and behind:
+        raise ProfilesBehind(
+            f"{len(behind)} profile(s) behind upstream: {', '.join(behind)}",
+            hint="move a pin on purpose: edit torch/numpy in the profile, `envbuild validate NAME` checks the pair, "
+            "then `envbuild lock NAME`",
+        )
+
+
+@app.command()
 def render(
     name: str,
     output_dir: Annotated[

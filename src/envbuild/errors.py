@@ -108,6 +108,10 @@ class LockCheckFailed(EnvbuildError):
         self.stale = stale
 
 
+class ProfilesBehind(EnvbuildError):
+    """`envbuild outdated --check` found newer releases than the profiles pin."""
+
+
 class LockMissing(EnvbuildError):
     """An image build or venv needs a fresh lockfile that is not there."""
 
@@ -170,6 +174,7 @@ class VerifyError(PublishError):
 # The single mapping from error type to exit code. Order matters: subclasses first.
 _EXIT_CODES: tuple[tuple[type[EnvbuildError], int], ...] = (
     (LockCheckFailed, 1),
+    (ProfilesBehind, 1),
     (SmokeFailed, 1),
     (UsageError, 2),
     (ProfileError, 2),

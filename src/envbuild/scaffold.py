@@ -57,8 +57,9 @@ def _build_words(parts: profile.NameParts) -> str:
     )
 
 
-def pick_torch(parts: profile.NameParts, notes: list[str]) -> compat.TorchRelease:
-    """The newest release with this build for this Python, preferring rows whose data is verified."""
+def pick_torch(parts: profile.NameParts) -> tuple[compat.TorchRelease, compat.TorchRelease | None]:
+    """The newest release with this build for this Python whose data is verified (else the newest),
+    and a newer one whose data is unverified, if there is one."""
     db = compat.load()
     with_build = [r for r in db.torch if _has_build(r, parts)]
     if not with_build:
@@ -80,13 +81,8 @@ def pick_torch(parts: profile.NameParts, notes: list[str]) -> compat.TorchReleas
     newest = max(fits, key=lambda r: Version(r.release))
     verified = [r for r in fits if r.confidence == "verified"]
     if newest.confidence == "verified" or not verified:
-        return newest
-    chosen = max(verified, key=lambda r: Version(r.release))
-    notes.append(
-        f"torch {newest.release} also has {_build_words(parts)} for Python {parts.python}, but envbuild's data "
-        f"for it is unverified; pass --torch {newest.release} to take it anyway"
-    )
-    return chosen
+        return newest, None
+    return max(verified, key=lambda r: Version(r.release)), newest
 
 
 def pick_numpy(parts: profile.NameParts, torch: str) -> str:
@@ -118,7 +114,16 @@ def choose(name: str, *, torch: str | None, numpy: str | None, index_url: str | 
         if value is not None and not _RELEASE_OR_SERIES.fullmatch(value):
             raise UsageError(f"{option} {value!r}: expected a release (2.9.1) or a series (2.9)")
     notes: list[str] = []
-    series = torch if torch else pick_torch(parts, notes).release
+    if torch:
+        series = torch
+    else:
+        chosen, unverified = pick_torch(parts)
+        series = chosen.release
+        if unverified is not None:
+            notes.append(
+                f"torch {unverified.release} also has {_build_words(parts)} for Python {parts.python}, but "
+                f"envbuild's data for it is unverified; pass --torch {unverified.release} to take it anyway"
+            )
     numpy_series = numpy if numpy else pick_numpy(parts, series)
     wanted = {
         pkg: value

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _run(cli: Any, image: str, *cmd: str) -> str:
-    return cli.containers.run(image, list(cmd), remove=True).decode()
+    return str(cli.containers.run(image, list(cmd), remove=True).decode())
 
 
 def test_labels_and_both_tags(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:

@@ -93,6 +93,16 @@ def test_new_profile_from_a_name_locks_against_pypi(tmp_path: Path) -> None:
     assert pins["nvidia-cuda-runtime-cu12"].version.startswith("12.4.")
 
 
+def test_outdated_reads_pypi(proj: Path) -> None:
+    """Releases that will not change any more: 2.3.1 and 2.5.1 are the last of their series, 1.26.4 of numpy 1."""
+    res = envbuild("outdated", "cu121-py311", "--json", cwd=proj)
+    assert res.returncode == 0, res.stderr
+    [row] = json.loads(res.stdout)
+    assert (row["torch_patch"], row["newer_torch"], row["numpy_patch"]) == (None, "2.5.1", None)
+    assert row["newer_numpy"].startswith("2.") and row["outdated"] is True
+    assert envbuild("outdated", "cu121-py311", "--check", cwd=proj).returncode == 1
+
+
 def test_venv_refuses_wrong_interpreter(proj: Path, tmp_path: Path) -> None:
     shutil.copytree(REPO / "lockfiles" / "cu124-py312", proj / "lockfiles" / "cu124-py312")
     res = envbuild("venv", "cu124-py312", str(tmp_path / "v"), "--python", sys.executable, cwd=proj)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from envbuild.compat_refresh import cuda_of, linux_libs, python_tags, refresh
@@ -37,7 +39,7 @@ def test_python_tags_from_wheel_names() -> None:
 
 
 def test_refresh_reports_and_applies_drift() -> None:
-    data = {
+    data: dict[str, Any] = {
         "torch": [
             {
                 "release": "2.5",
@@ -70,7 +72,7 @@ def test_refresh_reports_and_applies_drift() -> None:
 
 def test_refresh_replaces_a_guess_and_dates_the_source() -> None:
     # torch 2.15.0 as PyPI had it on 2026-11-30: cuda-toolkit 13.2.2, not the 13.0 carried over from 2.14
-    data = {
+    data: dict[str, Any] = {
         "sources": {"PYPI": "metadata of the Linux x86_64 wheels on PyPI, read 2026-11-29"},
         "torch": [
             {

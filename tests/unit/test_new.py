@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import lock, profile
+from envbuild import profile
 from envbuild.project import open_project
 
-from ..conftest import Result
+from ..conftest import FakeIndex, Result
 
 Lookups = list[tuple[list[str], str]]
 
@@ -26,17 +26,11 @@ def empty_project(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def index(monkeypatch: pytest.MonkeyPatch) -> Lookups:
-    """Stands in for the newest-patch lookup (tests/e2e/test_lock_real.py asks real PyPI)."""
-    asked: Lookups = []
-    newest = {"torch==2.14.*": "2.14.1", "torch==2.2.*": "2.2.2", "numpy==2.4.*": "2.4.6", "numpy==1.26.*": "1.26.4"}
-
-    def lookup(requirements: list[str], python: str, **_: object) -> dict[str, str]:
-        asked.append((list(requirements), python))
-        return {r.split("==")[0]: newest[r] for r in requirements}
-
-    monkeypatch.setattr(lock, "newest_versions", lookup)
-    return asked
+def index(fake_index: FakeIndex) -> Lookups:
+    fake_index.newest.update(
+        {"torch==2.14.*": "2.14.1", "torch==2.2.*": "2.2.2", "numpy==2.4.*": "2.4.6", "numpy==1.26.*": "1.26.4"}
+    )
+    return fake_index.asked
 
 
 def test_new_writes_the_newest_verified_release_with_that_build(
