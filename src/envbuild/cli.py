@@ -219,14 +219,10 @@ def outdated(
     """What upstream released since the profiles were pinned: newer patches, and newer releases that fit."""
     from envbuild import ci
     from envbuild import outdated as od
-    from envbuild import profile as profile_mod
     from envbuild.errors import LockError, ProfilesBehind
 
     proj = _project(project)
-    if names:
-        profiles = [profile_mod.load_valid(proj.profile_path(n), proj.rel(proj.profile_path(n))) for n in names]
-    else:
-        profiles = ci.profiles(proj)
+    profiles = [_load(proj, n) for n in names] if names else ci.profiles(proj)
     drifts = od.report(proj, profiles, jobs)
     if as_json:
         output.emit_json([d.as_dict() for d in drifts])

@@ -110,11 +110,13 @@ def solve_rattler(prof: Profile, env: dict[str, Any], subdir: str, platform: str
             )
         )
     except Exception as exc:  # rattler raises its own exception types per failure kind
-        message = render.redact(f"{type(exc).__name__}: {exc}")
-        why = fetchfail.describe(
-            "rattler", message, _CHANNEL_ROUTE, "check the channels and that they serve these versions"
-        )
-        raise LockError(why.with_detail(message), hint=why.hint) from exc
+        raise fetchfail.failure(
+            LockError,
+            "rattler",
+            f"{type(exc).__name__}: {exc}",
+            _CHANNEL_ROUTE,
+            "check the channels and that they serve these versions",
+        ) from exc
 
 
 def _conda_entry(rec: Any, subdir: str) -> dict[str, Any]:
@@ -275,9 +277,9 @@ def _lock_with_conda_lock(project: Project, prof: Profile, subdirs: list[str], w
         args += ["--platform", sd]
     proc = subprocess.run(args, cwd=work, capture_output=True, text=True, check=False, timeout=3600)
     if proc.returncode != 0:
-        message = render.redact((proc.stderr or proc.stdout).strip())
-        why = fetchfail.describe("conda-lock", message, _CHANNEL_ROUTE, "conda-lock's message above says why")
-        raise LockError(why.with_detail(message[-3000:]), hint=why.hint)
+        raise fetchfail.failure(
+            LockError, "conda-lock", proc.stderr or proc.stdout, _CHANNEL_ROUTE, "conda-lock's message above says why"
+        )
     return (work / "conda-lock.yml").read_text()
 
 

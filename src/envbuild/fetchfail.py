@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
+
+from envbuild.errors import EnvbuildError
+
+E = TypeVar("E", bound=EnvbuildError)
 
 _URL = re.compile(r"(?:Failed to fetch:|request for url \(|Failed to download)\s*`?(?P<url>\w+://[^\s`)]+)")
 # reqwest, under both uv and rattler: "HTTP status client error (401 Unauthorized) for url (...)".
@@ -84,3 +89,12 @@ def describe(tool: str, text: str, route: str, fallback_hint: str) -> Explanatio
         return why
     first = next((line.strip() for line in text.splitlines() if line.strip()), "no message")
     return Explanation(f"{tool} failed: {first}", fallback_hint)
+
+
+def failure(kind: type[E], tool: str, output: str, route: str, fallback_hint: str) -> E:
+    """The error for a tool's failed run: credentials redacted, summarised, the tool's own words kept below."""
+    from envbuild.render import redact
+
+    message = redact(output.strip())
+    why = describe(tool, message, route, fallback_hint)
+    return kind(why.with_detail(message[-3000:]), hint=why.hint)

@@ -174,9 +174,9 @@ def _run_uv(args: list[str], cwd: Path, *, stdin: str | None = None, route: str 
         timeout=1800,
     )
     if proc.returncode != 0:
-        message = render.redact(proc.stderr.strip() or proc.stdout.strip())
-        why = fetchfail.describe("uv", message, route, "the resolver's message above says why")
-        raise LockError(why.with_detail(message[-3000:]), hint=why.hint)
+        raise fetchfail.failure(
+            LockError, "uv", proc.stderr.strip() or proc.stdout, route, "the resolver's message above says why"
+        )
     return proc.stdout
 
 

@@ -139,6 +139,10 @@ def _uv(args: list[str]) -> None:
         timeout=3600,
     )
     if proc.returncode != 0:
-        message = render.redact((proc.stderr or proc.stdout).strip())
-        why = fetchfail.describe(f"uv {' '.join(args[:2])}", message, _SOURCE_ROUTE, "uv's message above says why")
-        raise VenvError(why.with_detail(message[-3000:]), hint=why.hint)
+        raise fetchfail.failure(
+            VenvError,
+            f"uv {' '.join(args[:2])}",
+            proc.stderr or proc.stdout,
+            _SOURCE_ROUTE,
+            "uv's message above says why",
+        )
