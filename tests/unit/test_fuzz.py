@@ -75,3 +75,43 @@ def test_random_bytes(blob: bytes) -> None:
     path = _write("")
     path.write_bytes(blob)
     _run(path)
+
+
+def _pretend_newest(requirements: list[str], python: str, **_: object) -> dict[str, str]:
+    """Every series has a .1 patch: enough for `new`, which asks only for series the compat data knows."""
+    return {r.split("==")[0]: r.split("==")[1].replace(".*", ".1") for r in requirements}
+
+
+conventional = st.builds(
+    lambda tok, py, suffix: f"{tok}-py3{py}{suffix}",
+    st.sampled_from(["cpu", "cu118", "cu121", "cu125", "cu126", "cu130", "cu132", "rocm63", "rocm72", "rocm5"]),
+    st.integers(min_value=8, max_value=15),
+    st.sampled_from(["", "", "-dev", "-X", "--"]),
+)
+# Weighted towards names and versions that can succeed, so both ends of the contract get exercised.
+names = st.one_of(conventional, conventional, conventional, st.text(max_size=20))
+versions = st.one_of(
+    st.none(), st.none(), st.sampled_from(["2.3", "2.9.1", "1.26", "2.1.3", "9.9", "2.2"]), st.text(max_size=12)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=names, torch=versions, numpy=versions)
+def test_new_writes_a_valid_profile_or_nothing(name: str, torch: str | None, numpy: str | None) -> None:
+    from pytest import MonkeyPatch
+
+    from envbuild import lock, scaffold
+    from envbuild.project import open_project
+
+    root = Path(tempfile.mkdtemp())
+    with MonkeyPatch.context() as mp:
+        mp.setattr(lock, "newest_versions", _pretend_newest)
+        try:
+            made = scaffold.create(open_project(str(root)), name, torch=torch, numpy=numpy)
+        except EnvbuildError:
+            written = list((root / "profiles").glob("*")) if (root / "profiles").exists() else []
+            assert written == []
+            return
+    loaded = validate.check(made.path, made.path.name)
+    assert loaded.errors == [], [d.render() for d in loaded.errors]
+    assert made.path.read_text() == made.text
