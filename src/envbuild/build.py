@@ -296,6 +296,22 @@ class _Log:
         self.step = ""
         self.steps = 0
         self.ran = 0  # steps that executed a container ("Running in"), i.e. were not cached
+        self._partial = ""
+
+    def feed(self, chunk: str) -> list[str]:
+        """The complete lines a stream chunk finishes. The engine's chunks are not lines: a step's
+        stderr can arrive as "E", ": ", "Unable to locate package x\n"."""
+        *done, self._partial = (self._partial + chunk).split("\n")
+        for text in done:
+            self.line(text)
+        return done
+
+    def flush(self) -> list[str]:
+        rest, self._partial = self._partial, ""
+        if not buildfail.plain(rest):  # nothing, or only the colour reset that ends a step's stderr
+            return []
+        self.line(rest)
+        return [rest]
 
     def line(self, text: str) -> None:
         text = buildfail.plain(text)
@@ -330,8 +346,7 @@ def _sdk_build(
     )
     for chunk in stream:
         if "stream" in chunk:
-            for text in str(chunk["stream"]).splitlines():
-                log.line(text)
+            for text in log.feed(str(chunk["stream"])):
                 m = STEP_RE.match(text)
                 if m:
                     log.step = text
@@ -340,13 +355,16 @@ def _sdk_build(
                 elif text.strip().startswith("---> Running in "):
                     log.ran += 1
         elif "status" in chunk:
+            log.flush()
             log.line(f"{chunk.get('id', '')} {chunk['status']} {chunk.get('progress', '')}".strip())
             say("pull", chunk.get("id", ""), chunk["status"])
         elif "aux" in chunk and "ID" in chunk["aux"]:
             image_id = chunk["aux"]["ID"]
         if "error" in chunk:
+            log.flush()
             log.line(str(chunk["error"]))
             raise _build_error(prof, str(chunk["error"]), log)
+    log.flush()
     if not image_id:
         raise _build_error(prof, "the engine finished without an image ID", log)
     return image_id

@@ -6,6 +6,8 @@ The tails are what pip 24 and apt printed in real containers here (network cut w
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from envbuild import buildfail
@@ -73,3 +75,34 @@ def test_an_unknown_failure_is_left_to_the_engines_message() -> None:
 
 def test_plain_strips_the_legacy_builders_colour_codes() -> None:
     assert buildfail.plain("\x1b[91mE: Unable to locate package x\n\x1b[0m") == "E: Unable to locate package x\n"
+
+
+def test_the_engines_chunks_are_joined_into_lines_before_they_are_read(tmp_path: Path) -> None:
+    """dockerd streams a step's stderr in pieces; one CI run got "E", ": " and the rest apart."""
+    from envbuild.build import _Log
+
+    log = _Log(tmp_path / "build.log")
+    chunks = [
+        "Step 16/26 : RUN apt-get install -y x\n",
+        "\n",
+        " ---> Running in c1aa934b5304\n",
+        "Building dependency tree...",
+        "\n",
+        "\x1b[91mE",
+        ": ",
+        "Unable to locate package envbuild-no-such-package\n",
+        "\x1b[0m",
+    ]
+    lines = [line for chunk in chunks for line in log.feed(chunk)] + log.flush()
+    log.close()
+    assert "E: Unable to locate package envbuild-no-such-package" in [buildfail.plain(x) for x in lines]
+    found = buildfail.diagnose(log.tail, "cpu-py311")
+    assert found is not None and "envbuild-no-such-package" in found.message
+    text = (tmp_path / "build.log").read_text()
+    assert text.splitlines() == [
+        "Step 16/26 : RUN apt-get install -y x",
+        "",
+        " ---> Running in c1aa934b5304",
+        "Building dependency tree...",
+        "E: Unable to locate package envbuild-no-such-package",
+    ]
