@@ -37,6 +37,10 @@ JsonOpt = Annotated[
 ]
 
 
+def _say_no_profiles(proj: Any) -> None:
+    output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/: `envbuild new cu126-py312` starts one")
+
+
 def _project(path: str | None) -> Any:
     from envbuild.project import open_project
 
@@ -74,7 +78,7 @@ def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
         output.emit_json(rows)
         return
     if not rows:
-        output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/: `envbuild new cu126-py312` starts one")
+        _say_no_profiles(proj)
         return
     output.out().print(
         output.table(
@@ -226,6 +230,8 @@ def outdated(
     drifts = od.report(proj, profiles, jobs)
     if as_json:
         output.emit_json([d.as_dict() for d in drifts])
+    elif not drifts:
+        _say_no_profiles(proj)
     else:
 
         def newer(d: od.Drift, value: str | None) -> str:

@@ -181,6 +181,7 @@ def test_an_empty_project_points_at_new(cli: Callable[..., Result], empty_projec
     assert res.code == 2
     assert "no profile 'cu121-py311': profiles/ has no profiles" in res.err
     assert "`envbuild new cu121-py311` writes one" in res.err
-    listed = cli("list", "--project", str(empty_project))
-    assert listed.code == 0 and listed.out == ""
-    assert "`envbuild new cu126-py312` starts one" in listed.err
+    for command in ("list", "outdated"):
+        listed = cli(command, "--project", str(empty_project))
+        assert listed.code == 0 and listed.out == ""
+        assert "no profiles in profiles/: `envbuild new cu126-py312` starts one" in listed.err
