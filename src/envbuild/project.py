@@ -102,7 +102,10 @@ def open_project(explicit: str | None = None) -> Project:
     """The project named by --project, ENVBUILD_PROJECT, or the current folder."""
     root = Path(explicit or os.environ.get("ENVBUILD_PROJECT") or ".").resolve()
     if not root.is_dir():
-        raise UsageError(f"project folder {root} does not exist")
+        raise UsageError(
+            f"project folder {root} does not exist",
+            hint="check --project / ENVBUILD_PROJECT; to start a project there, create the folder, then `envbuild new NAME`",
+        )
     config_path = root / CONFIG_NAME
     config = ProjectConfig()
     if config_path.is_file():
