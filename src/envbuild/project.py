@@ -104,7 +104,8 @@ def open_project(explicit: str | None = None) -> Project:
     if not root.is_dir():
         raise UsageError(
             f"project folder {root} does not exist",
-            hint="check --project / ENVBUILD_PROJECT; to start a project there, create the folder, then `envbuild new NAME`",
+            hint="check --project / ENVBUILD_PROJECT; to start a project there, create the folder, "
+            "then `envbuild new NAME`",
         )
     config_path = root / CONFIG_NAME
     config = ProjectConfig()
