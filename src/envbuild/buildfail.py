@@ -9,7 +9,6 @@ tail and the log path under whatever this says.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -42,79 +41,61 @@ def _first(pattern: str, tail: list[str]) -> re.Match[str] | None:
     return next((m for line in tail if (m := compiled.search(line))), None)
 
 
-def _apt_package(tail: list[str], name: str) -> Diagnosis | None:
-    m = _first(r"E: Unable to locate package (\S+)", tail)
-    if m is None:
-        return None
-    return Diagnosis(
-        f"apt has no package {m.group(1)!r} in the base image's distribution",
-        f"fix or remove it in the `apt:` list of {name}'s profile (`apt-cache search` in the base image finds names)",
-    )
+@dataclass(frozen=True)
+class _Rule:
+    """A line pattern and what it means. Templates see {name} (the profile), {g1}, {g2} (the
+    pattern's groups) and {where} (" (first group)" when one matched, else nothing)."""
 
-
-def _apt_version(tail: list[str], name: str) -> Diagnosis | None:
-    m = _first(r"E: Version '([^']+)' for '([^']+)' was not found", tail)
-    if m is None:
-        return None
-    return Diagnosis(
-        f"apt has no version {m.group(1)} of {m.group(2)} in the base image's distribution",
-        f"change or drop the version pin of {m.group(2)} in the `apt:` list of {name}'s profile",
-    )
-
-
-def _tls(tail: list[str], name: str) -> Diagnosis | None:
-    if _first(r"CERTIFICATE_VERIFY_FAILED|Certificate verification failed|self[- ]signed certificate", tail) is None:
-        return None
-    return Diagnosis(
-        "a download inside the build was refused: the server's TLS certificate is not trusted",
-        "behind a TLS-intercepting proxy, pass its CA bundle: "
-        f"envbuild build {name} --ca-bundle /etc/ssl/certs/ca-certificates.crt (it stays in the builder stage)",
-    )
-
-
-def _network(tail: list[str], name: str) -> Diagnosis | None:
-    m = _first(
-        r"Temporary failure resolving '([^']+)'|Failed to establish a new connection|Could not resolve host: (\S+)"
-        r"|Could not fetch URL (\S+)",
-        tail,
-    )
-    if m is None:
-        return None
-    host = next((g for g in m.groups() if g), "")
-    return Diagnosis(
-        f"the build could not reach the network{f' ({host})' if host else ''}",
-        "check the engine's DNS and proxy settings, or build from a wheelhouse: "
-        f"envbuild build {name} --find-links DIR",
-    )
-
-
-def _no_distribution(tail: list[str], name: str) -> Diagnosis | None:
-    m = _first(r"No matching distribution found for (\S+)", tail)
-    if m is None:
-        return None
-    return Diagnosis(
-        f"pip found no file for {m.group(1)} where the lockfile says it comes from",
-        f"pass the wheelhouse it was locked from (envbuild build {name} --find-links DIR), or re-lock: "
-        f"envbuild lock {name} --upgrade",
-    )
+    pattern: str
+    message: str
+    hint: str
 
 
 # Causes before their symptoms: pip prints "No matching distribution" after a TLS or network
 # failure too, and apt "Unable to locate package" when `apt-get update` could not reach its mirror.
-_RULES: tuple[Callable[[list[str], str], Diagnosis | None], ...] = (
-    _hash_mismatch,
-    _tls,
-    _network,
-    _apt_package,
-    _apt_version,
-    _no_distribution,
+_RULES = (
+    _Rule(
+        r"CERTIFICATE_VERIFY_FAILED|Certificate verification failed|self[- ]signed certificate",
+        "a download inside the build was refused: the server's TLS certificate is not trusted",
+        "behind a TLS-intercepting proxy, pass its CA bundle: envbuild build {name} "
+        "--ca-bundle /etc/ssl/certs/ca-certificates.crt (it stays in the builder stage)",
+    ),
+    _Rule(
+        r"Temporary failure resolving '([^']+)'|Failed to establish a new connection|Could not resolve host: (\S+)"
+        r"|Could not fetch URL (\S+)",
+        "the build could not reach the network{where}",
+        "check the engine's DNS and proxy settings, or build from a wheelhouse: envbuild build {name} --find-links DIR",
+    ),
+    _Rule(
+        r"E: Unable to locate package (\S+)",
+        "apt has no package '{g1}' in the base image's distribution",
+        "fix or remove it in the `apt:` list of {name}'s profile (`apt-cache search` in the base image finds names)",
+    ),
+    _Rule(
+        r"E: Version '([^']+)' for '([^']+)' was not found",
+        "apt has no version {g1} of {g2} in the base image's distribution",
+        "change or drop the version pin of {g2} in the `apt:` list of {name}'s profile",
+    ),
+    _Rule(
+        r"No matching distribution found for (\S+)",
+        "pip found no file for {g1} where the lockfile says it comes from",
+        "pass the wheelhouse it was locked from (envbuild build {name} --find-links DIR), "
+        "or re-lock: envbuild lock {name} --upgrade",
+    ),
 )
 
 
 def diagnose(tail: list[str], profile: str) -> Diagnosis | None:
     """What went wrong in a build whose last lines are `tail`, when it is something the user can fix."""
+    found = _hash_mismatch(tail, profile)
+    if found is not None:
+        return found
     for rule in _RULES:
-        found = rule(tail, profile)
-        if found is not None:
-            return found
+        m = _first(rule.pattern, tail)
+        if m is None:
+            continue
+        groups = [g for g in m.groups() if g]
+        fields = {"name": profile, "where": f" ({groups[0]})" if groups else ""}
+        fields |= {f"g{i}": g or "" for i, g in enumerate(m.groups(), 1)}
+        return Diagnosis(rule.message.format(**fields), rule.hint.format(**fields))
     return None

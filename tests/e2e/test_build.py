@@ -121,12 +121,17 @@ def test_unchanged_rebuild_is_fully_cached(built_cpu: dict[str, Any], e2e_projec
     assert again["built_image_id"] == built_cpu["built_image_id"]
 
 
+def _copy_project(source: Path, dest: Path) -> Path:
+    """A project of its own to break, with the session's profiles and lockfiles."""
+    for part in ("profiles", "lockfiles"):
+        shutil.copytree(source / part, dest / part)
+    return dest
+
+
 def test_tampered_hash_fails_naming_the_package_and_moves_no_tag(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:
-    proj = tmp_path / "tampered"
-    shutil.copytree(e2e_project / "profiles", proj / "profiles")
-    shutil.copytree(e2e_project / "lockfiles", proj / "lockfiles")
+    proj = _copy_project(e2e_project, tmp_path / "tampered")
     lock_path = proj / "lockfiles" / "cpu-py311" / "requirements.lock"
     text = lock_path.read_text()
     head, numpy_block, rest = re.split(r"(?m)^(numpy==.*?)(?=^\S)", text, maxsplit=1, flags=re.S)
@@ -143,9 +148,7 @@ def test_tampered_hash_fails_naming_the_package_and_moves_no_tag(
 def test_unknown_apt_package_names_the_field_and_moves_no_tag(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:
-    proj = tmp_path / "apt"
-    shutil.copytree(e2e_project / "profiles", proj / "profiles")
-    shutil.copytree(e2e_project / "lockfiles", proj / "lockfiles")
+    proj = _copy_project(e2e_project, tmp_path / "apt")
     with (proj / "profiles" / "cpu-py311.yaml").open("a") as fh:
         fh.write('apt: ["envbuild-no-such-package"]\n')
     before = docker_client.images.get(f"{repo_name}:cpu-py311").id
@@ -186,11 +189,9 @@ def test_missing_base_image(docker_client: Any, e2e_project: Path) -> None:
 
 
 def test_stale_lock_stops_the_build_with_the_lock_command(e2e_project: Path, tmp_path: Path) -> None:
-    proj = tmp_path / "stale"
-    shutil.copytree(e2e_project / "profiles", proj / "profiles")
+    proj = _copy_project(e2e_project, tmp_path / "stale")
     prof = proj / "profiles" / "cpu-py311.yaml"
     prof.write_text(prof.read_text().replace('"2.1.3"', '"2.1.2"'))
-    shutil.copytree(e2e_project / "lockfiles", proj / "lockfiles")
     res = envbuild("build", "cpu-py311", cwd=proj)
     assert res.returncode == 2 and "run `envbuild lock cpu-py311`" in res.stderr
 
