@@ -10,6 +10,7 @@ from typing import Any
 
 from envbuild import compat
 from envbuild.errors import EngineUnavailable
+from envbuild.profile import Profile
 from envbuild.project import Project
 from envbuild.smoke.inside import arch_covers, driver_verdict, driver_version
 
@@ -123,7 +124,7 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
     return out
 
 
-def _verdict(prof: Any, report: HostReport) -> tuple[bool, str]:
+def _verdict(prof: Profile, report: HostReport) -> tuple[bool, str]:
     """Whether one profile's image can run on this host, judged as its smoke test would judge it."""
     if prof.accelerator == "rocm":
         if not report.rocm_devices:

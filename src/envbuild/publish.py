@@ -71,10 +71,11 @@ def _push_once(cli: Any, repo: str, tag: str, say: Events) -> str:
     return digest
 
 
-def _with_retries(what: str, action: Callable[[], str], say: Events) -> str:
+def _with_retries(verb: str, ref: str, action: Callable[[], str], say: Events) -> str:
     import docker
     import requests
 
+    what = f"{verb} {ref}"
     delay = _backoff()
     last = ""
     for attempt in range(1, RETRIES + 1):
@@ -89,13 +90,12 @@ def _with_retries(what: str, action: Callable[[], str], say: Events) -> str:
             delay *= 2
     raise PublishError(
         f"{what} failed; the registry answered: {last.splitlines()[0] if last else 'nothing'}",
-        hint=registry_hint(what, last),
+        hint=registry_hint(ref, last),
     )
 
 
-def registry_hint(what: str, answer: str) -> str:
-    """The fix for what a registry (or the engine on its behalf) answered to `what` ("push HOST/PATH:TAG")."""
-    ref = what.split(" ", 1)[-1]
+def registry_hint(ref: str, answer: str) -> str:
+    """The fix for what a registry (or the engine on its behalf) answered about `ref` (HOST/PATH:TAG)."""
     host = ref.split("/", 1)[0]
     text = answer.lower()
     if any(s in text for s in ("no basic auth credentials", "unauthorized", "authentication required", "denied")):
@@ -152,7 +152,7 @@ def push(
         def attempt(n: str = name, t: str = tag) -> str:
             return _push_once(cli, n, t, say)
 
-        digest = _with_retries(f"push {ref}", attempt, say)
+        digest = _with_retries("push", ref, attempt, say)
     return PushResult(image.id, refs, digest)
 
 
@@ -190,7 +190,7 @@ def pull(
                 say("pull", chunk.get("id", ""), chunk["status"])
         return ref
 
-    _with_retries(f"pull {ref}", once, say)
+    _with_retries("pull", ref, once, say)
     try:
         image = cli.images.get(ref)
     except docker.errors.ImageNotFound as exc:

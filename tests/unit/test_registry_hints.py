@@ -12,40 +12,40 @@ from envbuild.publish import registry_hint
 
 
 @pytest.mark.parametrize(
-    ("what", "answer", "hint"),
+    ("ref", "answer", "hint"),
     [
         (
-            "pull 127.0.0.1:5111/envs:cpu-py311",
+            "127.0.0.1:5111/envs:cpu-py311",
             'Head "http://127.0.0.1:5111/v2/envs/manifests/cpu-py311": no basic auth credentials',
             "log in to 127.0.0.1:5111: `docker login 127.0.0.1:5111`",
         ),
         (
-            "push 127.0.0.1:5111/envs:cpu-py311",
+            "127.0.0.1:5111/envs:cpu-py311",
             "unauthorized: authentication required",
             "`docker login 127.0.0.1:5111`",
         ),
         (
-            "push 192.0.2.2:5112/envs:cpu-py311-c28107b0c41b",
+            "192.0.2.2:5112/envs:cpu-py311-c28107b0c41b",
             'Get "https://192.0.2.2:5112/v2/": http: server gave HTTP response to HTTPS client',
             "192.0.2.2:5112 speaks plain HTTP: add it to insecure-registries",
         ),
         (
-            "pull 127.0.0.1:5112/nothing:cpu-py311",
+            "127.0.0.1:5112/nothing:cpu-py311",
             "manifest for 127.0.0.1:5112/nothing:cpu-py311 not found: manifest unknown: manifest unknown",
             "nothing is published as 127.0.0.1:5112/nothing:cpu-py311: push it first",
         ),
         (
-            "pull registry-1.docker.io/acme/envs:cpu-py311",
+            "registry-1.docker.io/acme/envs:cpu-py311",
             'Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io on 10.255.255.53:53: '
             "no such host",
             "registry-1.docker.io does not resolve: check the --registry value",
         ),
         (
-            "push 127.0.0.1:5999/envs:cpu-py311",
+            "127.0.0.1:5999/envs:cpu-py311",
             'Get "http://127.0.0.1:5999/v2/": dial tcp 127.0.0.1:5999: connect: connection refused',
             "check that the registry at 127.0.0.1:5999 is up",
         ),
     ],
 )
-def test_registry_hint(what: str, answer: str, hint: str) -> None:
-    assert hint in registry_hint(what, answer)
+def test_registry_hint(ref: str, answer: str, hint: str) -> None:
+    assert hint in registry_hint(ref, answer)
