@@ -857,23 +857,24 @@ def ci_github(
 ) -> None:
     """A GitHub Actions workflow: lock check, matrix build + smoke, push on main."""
     from envbuild import ci
+
+    proj = _project(project)
+    _write_or_check(
+        ci.github_workflow(proj, registry), output_file, check, "the generated workflow", "envbuild ci github"
+    )
+
+
+def _write_or_check(text: str, output_file: Path | None, check: bool, what: str, command: str) -> None:
+    """Generated files: print, write atomically, or (--check) exit 1 when the committed copy drifted."""
     from envbuild.errors import LockCheckFailed, StaleLock, UsageError
     from envbuild.fsutil import atomic_write_many
 
-    proj = _project(project)
-    text = ci.github_workflow(proj, registry)
     if check:
         if output_file is None:
-            raise UsageError("--check needs -o FILE")
+            raise UsageError("--check needs -o FILE", hint=f"{command} --check -o FILE")
         current = output_file.read_text() if output_file.is_file() else ""
         if current != text:
-            raise LockCheckFailed(
-                [
-                    StaleLock(
-                        str(output_file), "differs from the generated workflow", f"envbuild ci github -o {output_file}"
-                    )
-                ]
-            )
+            raise LockCheckFailed([StaleLock(str(output_file), f"differs from {what}", f"{command} -o {output_file}")])
         output.out().print(f"{output_file} is current")
         return
     if output_file is None:
@@ -881,6 +882,19 @@ def ci_github(
         return
     atomic_write_many({output_file: text})
     output.err().print(f"wrote {output_file}")
+
+
+@app.command()
+def schema(
+    output_file: Annotated[Path | None, typer.Option("--output", "-o", help="Write the schema here.")] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 if the file differs from what would be generated.")
+    ] = False,
+) -> None:
+    """The JSON Schema of a profile file, for editors (completion, descriptions, typos, unquoted versions)."""
+    from envbuild.profile import file_schema_text
+
+    _write_or_check(file_schema_text(), output_file, check, "this envbuild's profile schema", "envbuild schema")
 
 
 @app.command()

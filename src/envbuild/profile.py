@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from envbuild.errors import ProfileError
 from envbuild.profilefile import Loaded, read_raw
@@ -72,13 +82,31 @@ def _single_line(value: str) -> str:
     return value
 
 
-def _pattern(regex: re.Pattern[str], what: str, example: str) -> Any:
-    def check(value: str) -> str:
-        if not regex.fullmatch(value):
-            raise _fail(f"{value[:80]!r} is not {what}", f"write it like {example}")
+@dataclass(frozen=True)
+class _Pattern:
+    """A regex check worded for people, published to editors as the JSON Schema `pattern` too."""
+
+    regex: re.Pattern[str]
+    what: str
+    example: str
+
+    def check(self, value: str) -> str:
+        if not self.regex.fullmatch(value):
+            raise _fail(f"{value[:80]!r} is not {self.what}", f"write it like {self.example}")
         return value
 
-    return AfterValidator(check)
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = handler(schema)
+        # JSON Schema patterns search; fullmatch semantics need both anchors (every regex here has them).
+        out["pattern"] = self.regex.pattern
+        return out
+
+
+def _pattern(regex: re.Pattern[str], what: str, example: str) -> _Pattern:
+    return _Pattern(regex, what, example)
 
 
 def _requirement(value: str) -> str:
@@ -115,8 +143,39 @@ def _env(value: dict[str, str]) -> dict[str, str]:
 
 
 Platform = Literal["x86_64", "aarch64"]
-Text = Annotated[str, AfterValidator(_single_line)]
+
+
+@dataclass(frozen=True)
+class _Schema:
+    """Keywords for editors only: the validator next to it is what checks them, in envbuild's words."""
+
+    keywords: tuple[tuple[str, Any], ...]
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return {**handler(schema), **dict(self.keywords)}
+
+
+def _schema(**keywords: Any) -> _Schema:
+    return _Schema(tuple(keywords.items()))
+
+
+Text = Annotated[str, AfterValidator(_single_line), _schema(maxLength=MAX_TEXT)]
+VersionOrAuto = Annotated[str, AfterValidator(_version_or_auto), _schema(pattern=r"^(\d+\.\d+\.\d+|auto)$")]
+EnvVars = Annotated[dict[str, str], AfterValidator(_env), _schema(propertyNames={"pattern": ENV_KEY_RE.pattern})]
 Url = Annotated[str, _pattern(URL_RE, "an http(s):// or file:// URL", '"https://pypi.example/simple"')]
+CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
+MATCH_SPEC_RE = re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$")
+REGISTRY_RE = re.compile(rf"^{_DOMAIN}(?:/{_COMP})*$")
+
+
+_REQUIRED: Any = ...
+
+
+def _doc(text: str, default: Any = None, default_factory: Any = None) -> Any:
+    """A field with the description an editor shows on hover."""
+    if default_factory is not None:
+        return Field(default_factory=default_factory, description=text)
+    return Field(default, description=text)
 
 
 class Profile(BaseModel):
@@ -124,51 +183,57 @@ class Profile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    name: Annotated[str, _pattern(NAME_RE, "a profile name", '"cu121-py311" or "cpu-py312-dev"')]
-    extends: str | None = None
-    description: Text = ""
-    accelerator: Literal["cuda", "rocm", "cpu"]
-    cuda: Annotated[str, _pattern(CUDA_RE, "a CUDA version", '"12.1"')] | None = None
-    rocm: Annotated[str, _pattern(ROCM_RE, "a ROCm version", '"6.1" or "6.2.4"')] | None = None
-    python: Annotated[str, _pattern(PYTHON_RE, "a Python version", '"3.11"')]
-    torch: Annotated[str, _pattern(RELEASE_RE, "an exact torch release", '"2.3.1"')]
-    torchvision: Annotated[str, AfterValidator(_version_or_auto)] | None = None
-    torchaudio: Annotated[str, AfterValidator(_version_or_auto)] | None = None
-    numpy: Annotated[str, _pattern(RELEASE_RE, "an exact numpy release", '"1.26.4"')]
-    flavor: Literal["venv", "conda"] = "venv"
-    base: Annotated[str, _pattern(IMAGE_RE, "an image reference", '"ubuntu:22.04@sha256:<64 hex>"')] | None = None
-    packages: list[Annotated[str, AfterValidator(_requirement)]] = Field(default_factory=list)
-    apt: list[Annotated[str, _pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')]] = Field(
-        default_factory=list
+    name: Annotated[str, _pattern(NAME_RE, "a profile name", '"cu121-py311" or "cpu-py312-dev"')] = _doc(
+        "Equals the file's stem: <cpu|cuXYZ|rocmXY[Z]>-py<XY>[-suffix], e.g. cu121-py311.", _REQUIRED
     )
-    env: Annotated[dict[str, str], AfterValidator(_env)] = Field(default_factory=dict)
-    platforms: list[Platform] = Field(default_factory=lambda: list[Platform](["x86_64"]))
-    index_url: Url | None = None
-    torch_index: Url | None = None
-    find_links: list[Text] = Field(default_factory=list)
-    channels: list[
-        Annotated[
-            str,
-            _pattern(re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$"), "a conda channel", '"conda-forge"'),
-        ]
-    ] = Field(default_factory=lambda: ["conda-forge"])
-    conda_packages: list[
-        Annotated[
-            str,
-            _pattern(
-                re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$"),
-                "a conda match spec",
-                '"libjpeg-turbo=3.0"',
-            ),
-        ]
-    ] = Field(default_factory=list)
-    registry: (
-        Annotated[
-            str,
-            _pattern(re.compile(rf"^{_DOMAIN}(?:/{_COMP})*$"), "a registry path", '"ghcr.io/acme/envs"'),
-        ]
-        | None
-    ) = None
+    extends: str | None = _doc("Another file in the same folder (without .yaml) that this one is deep-merged over.")
+    description: Text = _doc("One line for people; shown by `envbuild list`.", default="")
+    accelerator: Literal["cuda", "rocm", "cpu"] = _doc("The torch build: cuda, rocm or cpu.", _REQUIRED)
+    cuda: Annotated[str, _pattern(CUDA_RE, "a CUDA version", '"12.1"')] | None = _doc(
+        'CUDA version of the torch build, quoted ("12.1"); required with accelerator: cuda, forbidden otherwise.'
+    )
+    rocm: Annotated[str, _pattern(ROCM_RE, "a ROCm version", '"6.1" or "6.2.4"')] | None = _doc(
+        'ROCm version of the torch build, quoted ("6.1"); required with accelerator: rocm, forbidden otherwise.'
+    )
+    python: Annotated[str, _pattern(PYTHON_RE, "a Python version", '"3.11"')] = _doc(
+        "Python minor version, quoted: YAML reads 3.10 as 3.1.", _REQUIRED
+    )
+    torch: Annotated[str, _pattern(RELEASE_RE, "an exact torch release", '"2.3.1"')] = _doc(
+        'An exact torch release, quoted ("2.3.1").', _REQUIRED
+    )
+    torchvision: VersionOrAuto | None = _doc('An exact release, or "auto" for the one that matches torch.')
+    torchaudio: VersionOrAuto | None = _doc('An exact release, or "auto" for the one that matches torch.')
+    numpy: Annotated[str, _pattern(RELEASE_RE, "an exact numpy release", '"1.26.4"')] = _doc(
+        'An exact numpy release, quoted ("1.26.4"); numpy 2 needs torch >= 2.3.', _REQUIRED
+    )
+    flavor: Literal["venv", "conda"] = _doc("venv (uv lockfiles) or conda (conda-lock format).", default="venv")
+    base: Annotated[str, _pattern(IMAGE_RE, "an image reference", '"ubuntu:22.04@sha256:<64 hex>"')] | None = _doc(
+        "Base image instead of the compat data's default; pin it by digest."
+    )
+    packages: list[Annotated[str, AfterValidator(_requirement)]] = _doc(
+        'Extra PEP 508 requirements, e.g. "einops==0.8.0" (torch, torchvision, torchaudio and numpy have their own '
+        "fields).",
+        default_factory=list,
+    )
+    apt: list[Annotated[str, _pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')]] = _doc(
+        'OS packages for the image, optionally pinned: "git=1:2.39.5-0+deb12u1".', default_factory=list
+    )
+    env: EnvVars = _doc('Environment variables of the image; values are strings ("8", not 8).', default_factory=dict)
+    platforms: list[Platform] = _doc("Platforms to lock for.", default_factory=lambda: list[Platform](["x86_64"]))
+    index_url: Url | None = _doc("A PyPI mirror (simple API) for everything but the torch family.")
+    torch_index: Url | None = _doc("A mirror of the PyTorch index for this build (e.g. .../whl/cu121).")
+    find_links: list[Text] = _doc(
+        "Local wheelhouses; $VARS expand, relative paths are from the project.", default_factory=list
+    )
+    channels: list[Annotated[str, _pattern(CHANNEL_RE, "a conda channel", '"conda-forge"')]] = _doc(
+        "Conda channels, in priority order (conda flavor).", default_factory=lambda: ["conda-forge"]
+    )
+    conda_packages: list[Annotated[str, _pattern(MATCH_SPEC_RE, "a conda match spec", '"libjpeg-turbo=3.0"')]] = _doc(
+        "Extra conda match specs (conda flavor).", default_factory=list
+    )
+    registry: Annotated[str, _pattern(REGISTRY_RE, "a registry path", '"ghcr.io/acme/envs"')] | None = _doc(
+        "Where push and pull go: HOST[:PORT]/PATH."
+    )
 
     @property
     def accelerator_version(self) -> str | None:
@@ -281,3 +346,27 @@ def load_valid(path: Path, shown: str | None = None) -> Profile:
         )
     prof: Profile = loaded.profile
     return prof
+
+
+def file_schema() -> dict[str, Any]:
+    """The JSON Schema of one profile file, for editors: completion, descriptions, typos and unquoted versions.
+
+    Nothing is required here: with `extends` any field may come from another file, and fragments
+    (`_base.yaml`) are partial by design. `envbuild validate` stays the authority on the merged
+    profile and on compatibility, which no schema can express.
+    """
+    schema = Profile.model_json_schema()
+    schema.pop("required", None)
+    # Draft-07: the newest draft every YAML language server reads, and all these keywords need.
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$comment": "Generated by `envbuild schema`; do not edit.",
+        **schema,
+        "title": "envbuild profile",
+        "description": "One file in profiles/. Unknown keys are errors; quote every version. "
+        "`envbuild validate` checks the merged profile against the PyTorch compatibility data.",
+    }
+
+
+def file_schema_text() -> str:
+    return json.dumps(file_schema(), indent=2, sort_keys=True) + "\n"
