@@ -254,14 +254,18 @@ def _git(project: Project, *args: str) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
+def project_source(project: Project) -> str:
+    """The image source label: the git remote, else the folder. `envbuild images` tells projects apart by it."""
+    return _git(project, "config", "--get", "remote.origin.url") or f"file://{project.root}"
+
+
 def labels_for(project: Project, prof: Profile, facts: dict[str, Any]) -> dict[str, str]:
     created = datetime.datetime.fromtimestamp(facts["epoch"], datetime.timezone.utc).isoformat().replace("+00:00", "Z")
     labels = {
         "org.opencontainers.image.created": created,
         "org.opencontainers.image.version": f"{prof.name}-{facts['lock_sha256'][:12]}",
         "org.opencontainers.image.revision": _git(project, "rev-parse", "HEAD") or "unknown",
-        "org.opencontainers.image.source": _git(project, "config", "--get", "remote.origin.url")
-        or f"file://{project.root}",
+        "org.opencontainers.image.source": project_source(project),
         "org.opencontainers.image.title": f"envbuild {prof.name}",
         "org.opencontainers.image.description": prof.description or f"PyTorch {prof.torch} ({prof.build_tag})",
         "org.opencontainers.image.base.name": facts["base"],

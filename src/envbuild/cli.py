@@ -821,6 +821,91 @@ def pull(
         output.err().print(f"warning: {m} (use --verify to make this an error)", markup=False)
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+@app.command()
+def images(
+    names: Annotated[list[str] | None, typer.Argument(help="Profiles to look at (default: all).")] = None,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Remove stale and leftover images (never current, tagged NAME, or in use).")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --prune: say what would go, remove nothing.")
+    ] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """This project's images in the engine: current, stale (an older lockfile), leftovers; --prune frees them."""
+    from envbuild import images as images_mod
+    from envbuild.errors import UsageError
+
+    if dry_run and not prune:
+        raise UsageError("--dry-run goes with --prune", hint="envbuild images --prune --dry-run")
+    proj = _project(project)
+    if prune:
+        result = images_mod.prune(proj, names, dry_run=dry_run, events=_step_printer(as_json))
+    else:
+        result = images_mod.survey(proj, names)[1]
+    if as_json:
+        output.emit_json(
+            {
+                "images": [r.as_dict() for r in result.rows],
+                "pruned": prune and not dry_run,
+                "freed_bytes": result.freed_bytes,
+                "errors": result.errors,
+            }
+        )
+        return
+    con = output.out()
+    if not result.rows:
+        con.print("no images of this project in the engine" + (f" for {', '.join(names)}" if names else ""))
+        return
+
+    def action(r: Any) -> str:
+        if r.removed:
+            return "removed"
+        if r.keep:
+            return f"keep ({r.reason})"
+        return "would remove" if prune else "can go"
+
+    con.print(
+        output.table(
+            None,
+            ["profile", "image", "tags", "built", "size", "smoke", "state", "prune"],
+            [
+                [
+                    r.profile,
+                    r.image_id[7:19],
+                    " ".join(t.rsplit(":", 1)[-1] for t in r.tags) or "-",
+                    r.created[:16].replace("T", " "),
+                    _size(r.size),
+                    r.smoke,
+                    r.state,
+                    action(r),
+                ]
+                for r in result.rows
+            ],
+            caption="stale: built from another lockfile or profile; untagged: a failed smoke test or a replaced "
+            "build. Sizes count shared layers in full. --json says why for each.",
+        ),
+        markup=False,
+    )
+    doomed = [r for r in result.rows if not r.keep]
+    removed = [r for r in result.rows if r.removed]
+    if prune and not dry_run:
+        freed = result.freed_bytes or 0
+        shared = " (their layers are shared with images that stay)" if removed and not freed else ""
+        con.print(f"removed {len(removed)} image(s); the engine's disk use fell by {_size(freed)}{shared}")
+    elif doomed and dry_run:
+        con.print(f"{len(doomed)} image(s) would go; run without --dry-run to remove them")
+    elif doomed:
+        con.print(f"{len(doomed)} image(s) can go: envbuild images --prune")
+    for e in result.errors:
+        output.err().print(f"kept {e}", markup=False)
+
+
 @app.command("matrix")
 def matrix_(
     fmt: Annotated[str, typer.Option("--format", help="github, json or bake.")] = "github",

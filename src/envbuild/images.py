@@ -1,0 +1,163 @@
+"""`envbuild images`: this project's images in the engine, which ones are current, and pruning the rest.
+
+Every lock change leaves the previous image behind under its `NAME-<lock sha>` tag, and every
+failed smoke test leaves an untagged one; over months that is tens of GB per machine. An image
+belongs to the project when its source label is the project's. Pruning never touches an image
+a moving tag (`NAME`, `NAME-untested`) points to, the current one, or one a container uses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envbuild import build as build_mod
+from envbuild import engine, publish
+from envbuild.errors import ProfileError
+from envbuild.profile import Profile, load_valid
+from envbuild.project import Project
+
+Events = Callable[[str, str, str], None]
+NS = build_mod.LABEL_NS
+SOURCE_LABEL = "org.opencontainers.image.source"
+IMMUTABLE_TAG = re.compile(r"^(?P<name>.+)-[0-9a-f]{12}$")
+
+
+@dataclass
+class ImageRow:
+    image_id: str
+    profile: str
+    tags: list[str]
+    created: str
+    size: int
+    smoke: str  # passed | untested
+    state: str  # current | stale | orphan | untagged | unknown
+    why: str  # what makes it that state, for people
+    keep: bool
+    reason: str  # why it stays or goes
+    removed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Survey:
+    rows: list[ImageRow]
+    freed_bytes: int | None = None  # measured from the engine's disk use, when something was removed
+    errors: list[str] = field(default_factory=list)
+
+
+def _moving(tag: str, profile: str) -> bool:
+    name = tag.rsplit(":", 1)[-1] if ":" in tag.rsplit("/", 1)[-1] else "latest"
+    return name in {profile, f"{profile}-untested"}
+
+
+def classify(
+    image_id: str,
+    attrs: dict[str, Any],
+    expected: dict[str, Profile | ProfileError],
+    compare: Callable[[Profile, dict[str, str]], list[str]],
+    users: dict[str, list[str]],
+) -> ImageRow:
+    """One image's state and whether pruning keeps it. Pure: everything it knows comes in."""
+    labels: dict[str, str] = dict((attrs.get("Config") or {}).get("Labels") or {})
+    profile = labels.get(f"{NS}.profile", "?")
+    tags = [t for t in attrs.get("RepoTags") or [] if t != "<none>:<none>"]
+    row = ImageRow(
+        image_id=image_id,
+        profile=profile,
+        tags=sorted(tags),
+        # The engine's build time: the created label is SOURCE_DATE_EPOCH, the lockfile's commit time.
+        created=str(attrs.get("Created", ""))[:19],
+        size=int(attrs.get("Size") or 0),
+        smoke="passed" if publish.smoke_passed(labels) else "untested",
+        state="",
+        why="",
+        keep=False,
+        reason="",
+    )
+    target = expected.get(profile)
+    if target is None:
+        row.state, row.why = "orphan", f"no profile {profile} in profiles/"
+    elif isinstance(target, ProfileError):
+        row.state, row.why = "unknown", f"{profile} does not validate, so currency cannot be told"
+    elif not tags:
+        row.state, row.why = "untagged", "a leftover: its smoke test failed, or a rebuild replaced it"
+    else:
+        mismatches = compare(target, labels)
+        row.state, row.why = ("stale", mismatches[0]) if mismatches else ("current", "built from today's lockfile")
+    moving = [t for t in row.tags if _moving(t, profile)]
+    if image_id in users:
+        row.keep, row.reason = True, f"in use by container {', '.join(users[image_id])}"
+    elif row.state in {"current", "unknown"}:
+        row.keep, row.reason = True, row.state
+    elif moving:
+        row.keep, row.reason = True, f"tagged {moving[0].rsplit('/', 1)[-1]}"
+    else:
+        row.reason = "removable"
+    return row
+
+
+def _expected(project: Project) -> dict[str, Profile | ProfileError]:
+    out: dict[str, Profile | ProfileError] = {}
+    for name in project.profile_names():
+        path = project.profile_path(name)
+        try:
+            out[name] = load_valid(path, project.rel(path))
+        except ProfileError as exc:
+            out[name] = exc
+    return out
+
+
+def survey(project: Project, names: list[str] | None = None) -> tuple[Any, Survey]:
+    """The project's envbuild images, newest first, each classified."""
+    cli = engine.client()
+    source = build_mod.project_source(project)
+    expected = _expected(project)
+    users: dict[str, list[str]] = {}
+    for c in cli.api.containers(all=True):
+        users.setdefault(str(c.get("ImageID", "")), []).append(str((c.get("Names") or ["?"])[0]).lstrip("/"))
+    rows: list[ImageRow] = []
+    for summary in cli.api.images(filters={"label": f"{NS}.profile"}):
+        image_id = str(summary["Id"])
+        labels = summary.get("Labels") or {}
+        if labels.get(SOURCE_LABEL) != source:
+            continue
+        if names and labels.get(f"{NS}.profile") not in names:
+            continue
+        attrs = cli.api.inspect_image(image_id)
+        rows.append(classify(image_id, attrs, expected, lambda p, lb: publish.compare(project, p, lb), users))
+    rows.sort(key=lambda r: (r.profile, r.created), reverse=True)
+    return cli, Survey(rows)
+
+
+def _layers_size(cli: Any) -> int:
+    return int(cli.df().get("LayersSize") or 0)
+
+
+def prune(project: Project, names: list[str] | None, *, dry_run: bool, events: Events | None = None) -> Survey:
+    """Remove what `classify` marked removable. A refusal from the engine keeps the image and says why."""
+    import docker
+
+    say = events or (lambda *_: None)
+    cli, result = survey(project, names)
+    doomed = [r for r in result.rows if not r.keep]
+    if dry_run or not doomed:
+        return result
+    before = _layers_size(cli)
+    for row in doomed:
+        say("remove", row.image_id[7:19], ", ".join(row.tags) or "untagged")
+        try:
+            # By ID with every tag at once: either the image goes or nothing about it changes.
+            cli.api.remove_image(row.image_id, force=bool(len(row.tags) > 1), noprune=False)
+            row.removed = True
+        except docker.errors.ImageNotFound:
+            row.removed = True  # went with a child removed just before
+        except docker.errors.APIError as exc:
+            row.keep, row.reason = True, f"the engine refused: {str(exc.explanation or exc)[:200]}"
+            result.errors.append(f"{row.image_id[7:19]}: {row.reason}")
+    result.freed_bytes = max(0, before - _layers_size(cli))
+    return result

@@ -1,0 +1,134 @@
+"""`envbuild images --prune` against the real engine: what goes, what stays, and the disk it frees."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild import fsutil, profile
+
+from ..conftest import REPO
+from .conftest import BASE, envbuild
+
+pytestmark = pytest.mark.e2e
+
+
+class Made:
+    """Images and containers this test creates, removed at the end whatever happened."""
+
+    def __init__(self, cli: Any) -> None:
+        self.cli = cli
+        self.images: list[str] = []
+        self.containers: list[Any] = []
+
+    def image(self, labels: dict[str, str], tags: list[str], *, blob_mb: int = 0) -> str:
+        # A layer of its own (random bytes) where the test measures what pruning frees.
+        run = f"RUN head -c {blob_mb * 1_000_000} /dev/urandom > /blob\n" if blob_mb else ""
+        dockerfile = f"FROM {BASE}\n{run}"
+        image, _ = self.cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), labels=labels, rm=True, forcerm=True)
+        self.images.append(image.id)
+        for ref in tags:
+            repo, tag = ref.rsplit(":", 1)
+            image.tag(repo, tag=tag)
+        return str(image.id)
+
+    def cleanup(self) -> None:
+        for container in self.containers:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        for image_id in reversed(self.images):
+            with contextlib.suppress(Exception):
+                self.cli.api.remove_image(image_id, force=True)
+
+
+@pytest.fixture
+def made(docker_client: Any) -> Iterator[Made]:
+    m = Made(docker_client)
+    yield m
+    m.cleanup()
+
+
+def _exists(cli: Any, image_id: str) -> bool:
+    try:
+        cli.images.get(image_id)
+    except Exception:
+        return False
+    return True
+
+
+def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagged_or_used(
+    docker_client: Any, made: Made, tmp_path: Path
+) -> None:
+    proj = tmp_path / "proj"
+    for part in ("profiles", "lockfiles"):
+        shutil.copytree(REPO / part, proj / part)
+    prof = profile.load_valid(proj / "profiles" / "cpu-py311.yaml")
+    lock_sha = fsutil.sha256_file(proj / "lockfiles" / "cpu-py311" / "requirements.lock")
+    source = f"file://{proj}"
+    repo = f"envbuild-e2e-images-{uuid.uuid4().hex[:8]}"
+
+    def labels(name: str, sha: str, *, smoke: bool = True, src: str = source) -> dict[str, str]:
+        out = {
+            "io.envbuild.profile": name,
+            "io.envbuild.lock-sha256": sha,
+            "io.envbuild.profile-digest": prof.digest(),
+            "org.opencontainers.image.source": src,
+        }
+        if smoke:
+            out["io.envbuild.smoke"] = "passed"
+        return out
+
+    old = "0" * 64
+    current = made.image(labels("cpu-py311", lock_sha), [f"{repo}:cpu-py311", f"{repo}:cpu-py311-{lock_sha[:12]}"])
+    stale = made.image(labels("cpu-py311", old, smoke=False), [f"{repo}:cpu-py311-{old[:12]}"], blob_mb=8)
+    stale_moving = made.image(labels("cu121-py311", old), [f"{repo}:cu121-py311"])
+    leftover = made.image(labels("cpu-py311", "1" * 64, smoke=False), [])
+    orphan = made.image(labels("cpu-py399", lock_sha), [f"{repo}:cpu-py399-{lock_sha[:12]}"])
+    in_use = made.image(labels("cpu-py311", "2" * 64), [f"{repo}:cpu-py311-{'2' * 12}"])
+    made.containers.append(docker_client.containers.create(in_use, command=["true"], name=f"{repo}-user"))
+    elsewhere = made.image(labels("cpu-py311", old, src="file:///another/project"), [f"{repo}-other:cpu-py311-old"])
+
+    listed = envbuild("images", "--json", cwd=proj)
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["image_id"]: r for r in json.loads(listed.stdout)["images"]}
+    assert elsewhere not in rows, "another project's image is not this project's to list or prune"
+    states = {i: (rows[i]["state"], rows[i]["keep"]) for i in (current, stale, stale_moving, leftover, orphan, in_use)}
+    assert states == {
+        current: ("current", True),
+        stale: ("stale", False),
+        stale_moving: ("stale", True),
+        leftover: ("untagged", False),
+        orphan: ("orphan", False),
+        in_use: ("stale", True),
+    }
+    assert rows[stale_moving]["reason"] == f"tagged {repo}:cu121-py311"
+    assert rows[in_use]["reason"] == f"in use by container {repo}-user"
+    assert "lockfile sha256: image has 0000" in rows[stale]["why"]
+
+    dry = envbuild("images", "--prune", "--dry-run", cwd=proj)
+    assert dry.returncode == 0, dry.stderr
+    assert "3 image(s) would go" in dry.stdout
+    assert all(_exists(docker_client, i) for i in (stale, leftover, orphan))
+
+    pruned = envbuild("images", "--prune", "--json", cwd=proj)
+    assert pruned.returncode == 0, pruned.stderr
+    report = json.loads(pruned.stdout)
+    assert sorted(r["image_id"] for r in report["images"] if r["removed"]) == sorted([stale, leftover, orphan])
+    assert report["freed_bytes"] >= 8_000_000, "the stale image's own 8 MB layer is gone from the engine's disk"
+    for image_id in (stale, leftover, orphan):
+        assert not _exists(docker_client, image_id)
+    for image_id in (current, stale_moving, in_use, elsewhere):
+        assert _exists(docker_client, image_id)
+    assert docker_client.images.get(f"{repo}:cpu-py311").id == current
+
+    again = envbuild("images", "--prune", cwd=proj)
+    assert again.returncode == 0, again.stderr
+    assert "removed 0 image(s)" in again.stdout

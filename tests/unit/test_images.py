@@ -1,0 +1,81 @@
+"""`envbuild images`: which images are current, which can go, and what pruning must never touch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from envbuild import images, profile
+from envbuild.errors import ProfileError
+from tests.conftest import VALID, Result
+
+PROF = profile.Profile.model_validate({**VALID})
+CURRENT = {"io.envbuild.lock-sha256": "a" * 64, "io.envbuild.profile-digest": PROF.digest()}
+
+
+def _compare(prof: profile.Profile, labels: dict[str, str]) -> list[str]:
+    return [f"{k}: image has {labels.get(k)}" for k, v in CURRENT.items() if labels.get(k) != v]
+
+
+def _attrs(tags: list[str], *, lock: str = "a" * 64, smoke: bool = True, name: str = "cu121-py311") -> dict[str, Any]:
+    labels = {"io.envbuild.profile": name, "io.envbuild.lock-sha256": lock, "io.envbuild.profile-digest": PROF.digest()}
+    if smoke:
+        labels["io.envbuild.smoke"] = "passed"
+    return {"RepoTags": tags, "Created": "2026-11-30T01:02:03.456Z", "Size": 123, "Config": {"Labels": labels}}
+
+
+def _row(
+    attrs: dict[str, Any],
+    users: dict[str, list[str]] | None = None,
+    expected: dict[str, profile.Profile | ProfileError] | None = None,
+) -> images.ImageRow:
+    known: dict[str, profile.Profile | ProfileError] = {"cu121-py311": PROF, **(expected or {})}
+    return images.classify("sha256:" + "1" * 64, attrs, known, _compare, users or {})
+
+
+def test_the_image_built_from_todays_lockfile_is_current_and_kept() -> None:
+    row = _row(_attrs(["envbuild:cu121-py311", f"envbuild:cu121-py311-{'a' * 12}"]))
+    assert (row.state, row.keep, row.reason, row.smoke) == ("current", True, "current", "passed")
+    assert row.created == "2026-11-30T01:02:03"
+
+
+def test_an_older_lockfiles_image_under_its_immutable_tag_can_go() -> None:
+    row = _row(_attrs([f"envbuild:cu121-py311-{'b' * 12}"], lock="b" * 64))
+    assert (row.state, row.keep) == ("stale", False)
+    assert row.why.startswith("io.envbuild.lock-sha256: image has bbbb")
+
+
+@pytest.mark.parametrize(
+    "moving", ["envbuild:cu121-py311", "localhost:5000/envs:cu121-py311", "e:cu121-py311-untested"]
+)
+def test_a_stale_image_a_moving_tag_points_to_stays_until_a_rebuild_replaces_it(moving: str) -> None:
+    row = _row(_attrs([moving, f"envbuild:cu121-py311-{'b' * 12}"], lock="b" * 64, smoke=False))
+    assert (row.state, row.keep, row.smoke) == ("stale", True, "untested")
+    assert row.reason == f"tagged {moving.rsplit('/', 1)[-1]}"
+
+
+def test_an_image_a_container_uses_is_kept_whatever_its_state() -> None:
+    row = _row(_attrs([], lock="b" * 64), users={"sha256:" + "1" * 64: ["train-run"]})
+    assert (row.state, row.keep, row.reason) == ("untagged", True, "in use by container train-run")
+
+
+def test_untagged_leftovers_and_images_of_deleted_profiles_can_go() -> None:
+    leftover = _row(_attrs(["<none>:<none>"], smoke=False))
+    assert (leftover.state, leftover.keep, leftover.tags) == ("untagged", False, [])
+    orphan = _row(_attrs([f"envbuild:cu122-py311-{'c' * 12}"], name="cu122-py311"))
+    assert (orphan.state, orphan.keep) == ("orphan", False)
+    assert orphan.why == "no profile cu122-py311 in profiles/"
+
+
+def test_a_profile_that_does_not_validate_keeps_its_images() -> None:
+    broken = ProfileError("profiles/cu121-py311.yaml is not valid")
+    row = _row(_attrs([f"envbuild:cu121-py311-{'b' * 12}"], lock="b" * 64), expected={"cu121-py311": broken})
+    assert (row.state, row.keep) == ("unknown", True)
+
+
+def test_dry_run_without_prune_is_a_usage_error(cli: Callable[..., Result]) -> None:
+    res = cli("images", "--dry-run")
+    assert res.code == 2
+    assert "--dry-run goes with --prune" in res.err
