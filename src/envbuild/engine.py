@@ -29,6 +29,37 @@ def engine_url() -> tuple[str, str]:
     return DEFAULT_SOCKET, "the default socket"
 
 
+_START = "start it (`sudo systemctl start docker`, or `make engine` on a Debian machine)"
+_ELSEWHERE = "point DOCKER_HOST at a running engine (tcp://HOST:2376, ssh://USER@HOST)"
+# (what the SDK's message contains, what it means, what to do); the first match wins.
+_UNREACHABLE = (
+    (
+        "permission denied",
+        "this user may not open the socket",
+        "add the user to the docker group "
+        "(`sudo usermod -aG docker $USER`, then log in again), or run envbuild with sudo",
+    ),
+    (
+        "no such file or directory",
+        "no socket there: the engine is not running, or listens elsewhere",
+        f"{_START} or {_ELSEWHERE}",
+    ),
+    ("connection refused", "nothing listens there", f"{_START}, or check the port in DOCKER_HOST"),
+    ("name or service not known", "the host name does not resolve", "check the host in {where}"),
+    ("failed to resolve", "the host name does not resolve", "check the host in {where}"),
+    ("timed out", "no answer in time", "check that the host is up and the port is open to you"),
+)
+
+
+def unreachable_cause(origin: str, message: str) -> tuple[str, str]:
+    """(cause, fix) for a failed connection, instead of the SDK's nested exception text."""
+    low = message.lower()
+    for needle, cause, fix in _UNREACHABLE:
+        if needle in low:
+            return cause, fix.replace("{where}", origin)
+    return message.splitlines()[0][:300] if message else "no answer", f"{_START} or {_ELSEWHERE}"
+
+
 def client(timeout: int = 600) -> Any:
     """A connected docker-py client, or EngineUnavailable saying where it looked."""
     import docker
@@ -39,12 +70,8 @@ def client(timeout: int = 600) -> Any:
         cli = docker.DockerClient(base_url=url, timeout=timeout, use_ssh_client=url.startswith("ssh://"))
         cli.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        reason = str(exc).splitlines()[0][:300]
-        raise EngineUnavailable(
-            f"cannot reach the Docker engine at {url} (from {origin}): {reason}",
-            hint="start it (`sudo systemctl start docker`, or `make engine` on a Debian machine) "
-            "or point DOCKER_HOST at a running engine (tcp://HOST:2376, ssh://USER@HOST)",
-        ) from exc
+        cause, fix = unreachable_cause(origin, str(exc))
+        raise EngineUnavailable(f"cannot reach the Docker engine at {url} (from {origin}): {cause}", hint=fix) from exc
     return cli
 
 
