@@ -669,6 +669,21 @@ def build(
     for t in result.tags:
         con.print(f"  tagged {t}")
     con.print(f"  log: {proj.rel(Path(result.log_path))}")
+    _say_prunable(proj, prof.name)
+
+
+def _say_prunable(proj: Any, name: str) -> None:
+    """After a build: older images of this profile that `images --prune` would remove, if any."""
+    from envbuild import images as images_mod
+    from envbuild.errors import EnvbuildError
+
+    try:
+        rows = images_mod.survey(proj, [name])[1].rows
+    except EnvbuildError:
+        return  # the build succeeded; a failed look at the leftovers must not say otherwise
+    doomed = [r for r in rows if not r.keep]
+    if doomed:
+        output.err().print(f"  {len(doomed)} older image(s) of {name} can go: envbuild images --prune {name}")
 
 
 @app.command()
