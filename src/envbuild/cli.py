@@ -468,11 +468,14 @@ def lock(
                     "seconds": round(o.seconds, 3),
                     "packages": o.packages,
                     "files": [proj.rel(f) for f in o.files],
+                    "changes": None if o.changes is None else [c.as_dict() for c in o.changes],
                 }
                 for o in outcomes
             ]
         )
-    elif len(failed) > 1:
+    else:
+        _print_lock_changes(outcomes)
+    if not as_json and len(failed) > 1:
         # One failure is reported once, by the error it raises below; several each get theirs here.
         for o in failed:
             output.err().print(f"{o.name}: {o.message}", markup=False)
@@ -482,6 +485,20 @@ def lock(
         raise LockError(
             f"{len(failed)} of {len(outcomes)} profile(s) failed to lock: {', '.join(o.name for o in failed)}"
         )
+
+
+def _print_lock_changes(outcomes: list[Any]) -> None:
+    """What each re-lock moved: a reviewer reads this instead of a diff of hashes."""
+    con = output.out()
+    for o in outcomes:
+        if o.state != "locked" or o.changes is None:
+            continue
+        if not o.changes:
+            con.print(f"{o.name}: no package changed", markup=False)
+            continue
+        con.print(f"{o.name}: {len(o.changes)} package(s) changed", markup=False)
+        for change in o.changes:
+            con.print(f"  {change.render()}", markup=False)
 
 
 def _with_progress(names: list[str], quiet: bool, work: Any) -> Any:

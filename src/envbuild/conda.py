@@ -324,6 +324,7 @@ def lock(project: Project, prof: Profile, opts: LockOptions, digest: str) -> Loc
         f"conda ({solver}): {', '.join(str(c['url']) for c in channels)}",
     )
     path = lock_dir(project, prof.name) / "conda-lock.yml"
+    before = _previous_pins(path)
     written = atomic_write_many({path: head + yaml.safe_dump(doc, sort_keys=False, width=200)})
     return LockOutcome(
         prof.name,
@@ -331,4 +332,24 @@ def lock(project: Project, prof: Profile, opts: LockOptions, digest: str) -> Loc
         f"{len(entries)} packages ({solver})",
         packages=len(entries),
         files=written,
+        changes=lockfile.changes(before, _pins_by_platform(entries)) if before is not None else None,
     )
+
+
+def _previous_pins(path: Path) -> dict[str, dict[str, lockfile.Pin]] | None:
+    if not path.is_file():
+        return None
+    try:
+        return _pins_by_platform(yaml.safe_load(path.read_text("utf-8"))["package"])
+    except (yaml.YAMLError, KeyError, TypeError, OSError):
+        return None  # a hand-damaged old lock: there is nothing trustworthy to compare with
+
+
+def _pins_by_platform(entries: list[dict[str, Any]]) -> dict[str, dict[str, lockfile.Pin]]:
+    """conda-lock entries as pins per subdir, so `lock` can say what a re-lock changed."""
+    out: dict[str, dict[str, lockfile.Pin]] = {}
+    for e in entries:
+        shown = e["name"] if e.get("manager") == "conda" else f"{e['name']} (pip)"
+        hashes = [f"{k}:{v}" for k, v in sorted((e.get("hash") or {}).items())]
+        out.setdefault(str(e["platform"]), {})[shown] = lockfile.Pin(shown, str(e["version"]), hashes)
+    return out

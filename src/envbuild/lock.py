@@ -75,6 +75,7 @@ class LockOutcome:
     packages: int = 0
     files: list[Path] = field(default_factory=list)
     error: EnvbuildError | None = None
+    changes: list[lockfile.Change] | None = None  # None: nothing was locked before
 
 
 def _expand(project: Project, location: str) -> str:
@@ -310,10 +311,15 @@ def _lock_venv(project: Project, prof: Profile, opts: LockOptions, digest: str) 
     files: dict[Path, str] = {}
     directory = lock_dir(project, prof.name)
     count = 0
+    before: dict[str, dict[str, Pin]] = {}
+    after: dict[str, dict[str, Pin]] = {}
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
         for platform in opts.platforms:
             primary, secondary = lockfile.lock_names(platform)
+            if (directory / primary).is_file():
+                before[platform] = lockfile.parse_requirements((directory / primary).read_text("utf-8"))
             pins, req_text, pylock_text = _resolve_platform(prof, platform, opts, src, directory / primary, Path(tmp))
+            after[platform] = pins
             resolution = lockfile.resolution_id(pins)
             head = lockfile.header(
                 prof, digest, resolution, PLATFORM_TAGS[platform], render.redact(f"{src.route} {where}")
@@ -323,7 +329,14 @@ def _lock_venv(project: Project, prof: Profile, opts: LockOptions, digest: str) 
             files[directory / primary] = head + render.redact(req_text)
             count = max(count, len(pins))
     written = atomic_write_many(files)
-    return LockOutcome(prof.name, "locked", f"{count} packages", packages=count, files=written)
+    return LockOutcome(
+        prof.name,
+        "locked",
+        f"{count} packages",
+        packages=count,
+        files=written,
+        changes=lockfile.changes(before, after) if before else None,
+    )
 
 
 # ---- orchestration ----------------------------------------------------------------------------

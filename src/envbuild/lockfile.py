@@ -134,3 +134,67 @@ def parse_requirements(text: str) -> dict[str, Pin]:
 def resolution_id(pins: dict[str, Pin]) -> str:
     blob = "\n".join(f"{p.name}=={p.version}" for p in sorted(pins.values(), key=lambda p: p.name))
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Change:
+    """One package that a re-lock changed, for the summary `lock` prints and reports."""
+
+    name: str
+    old: str | None  # None: added
+    new: str | None  # None: removed
+    platforms: tuple[str, ...] = ()  # empty: every platform of the lock
+
+    @property
+    def kind(self) -> str:
+        from packaging.version import InvalidVersion, Version
+
+        if self.old is None:
+            return "added"
+        if self.new is None:
+            return "removed"
+        if self.old == self.new:
+            # Same release, other files: a re-uploaded or rebuilt wheel, or another index. Worth a look.
+            return "rehashed"
+        try:
+            return "upgraded" if Version(self.new) > Version(self.old) else "downgraded"
+        except InvalidVersion:
+            return "changed"
+
+    def render(self) -> str:
+        where = f" ({', '.join(self.platforms)})" if self.platforms else ""
+        if self.kind == "added":
+            return f"+ {self.name} {self.new}{where}"
+        if self.kind == "removed":
+            return f"- {self.name} {self.old}{where}"
+        if self.kind == "rehashed":
+            return f"! {self.name} {self.new}: same version, different hashes{where}"
+        note = " (downgrade)" if self.kind == "downgraded" else ""
+        return f"  {self.name} {self.old} -> {self.new}{note}{where}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "from": self.old,
+            "to": self.new,
+            "kind": self.kind,
+            "platforms": list(self.platforms),
+        }
+
+
+def changes(before: dict[str, dict[str, Pin]], after: dict[str, dict[str, Pin]]) -> list[Change]:
+    """What moved between two resolutions, per platform; a change seen on every platform is said once."""
+    seen: dict[tuple[str, str | None, str | None], list[str]] = {}
+    for platform in sorted(after):
+        old, new = before.get(platform, {}), after[platform]
+        for name in sorted(old.keys() | new.keys()):
+            a, b = old.get(name), new.get(name)
+            if a and b and a.version == b.version and sorted(a.hashes) == sorted(b.hashes):
+                continue
+            key = (b.name if b else a.name if a else name, a.version if a else None, b.version if b else None)
+            seen.setdefault(key, []).append(platform)
+    everywhere = sorted(after)
+    return [
+        Change(name, old_v, new_v, () if sorted(plats) == everywhere else tuple(plats))
+        for (name, old_v, new_v), plats in sorted(seen.items(), key=lambda kv: kv[0][0])
+    ]

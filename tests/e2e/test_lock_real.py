@@ -180,6 +180,26 @@ def test_upgrade_package_re_resolves_only_that_package(proj: Path) -> None:
     assert res.returncode == 0, res.stderr
     new = lockfile.parse_requirements(path.read_text())
     assert new["filelock"].version != "3.12.0"
+    assert f"cu121-py311: 1 package(s) changed\n    filelock 3.12.0 -> {new['filelock'].version}\n" in res.stdout
     assert {n: p.version for n, p in new.items() if n != "filelock"} == {
         n: p.version for n, p in old.items() if n != "filelock"
     }
+
+
+def test_a_relock_says_what_it_changed(proj: Path) -> None:
+    """The summary a reviewer reads instead of a diff of hashes: moved pins, added and removed packages."""
+    first = envbuild("lock", "cpu-py311", "--find-links", WHEELS, cwd=proj)
+    assert first.returncode == 0, first.stderr
+    assert "changed" not in first.stdout  # a first lock has nothing to compare with
+    prof = proj / "profiles" / "cpu-py311.yaml"
+    prof.write_text(prof.read_text().replace('numpy: "2.1.3"', 'numpy: "2.1.2"').replace('["einops==0.8.1"]', "[]"))
+    res = envbuild("lock", "cpu-py311", "--find-links", WHEELS, "--json", cwd=proj)
+    assert res.returncode == 0, res.stderr
+    [outcome] = json.loads(res.stdout)
+    assert outcome["changes"] == [
+        {"name": "einops", "from": "0.8.1", "to": None, "kind": "removed", "platforms": []},
+        {"name": "numpy", "from": "2.1.3", "to": "2.1.2", "kind": "downgraded", "platforms": []},
+    ]
+    again = envbuild("lock", "cpu-py311", "--find-links", WHEELS, "--upgrade", cwd=proj)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "cpu-py311: no package changed\n"

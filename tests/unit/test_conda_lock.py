@@ -87,3 +87,15 @@ def test_conda_lock_unsolvable_writes_nothing(tmp_path: Path, channel: Path) -> 
     assert outcome.state == "failed" and isinstance(outcome.error, LockError)
     assert outcome.message.startswith("rattler failed: SolverError") and "pytorch ==2.4.1" in outcome.message
     assert not (root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml").exists()
+
+
+def test_conda_relock_says_what_it_changed(tmp_path: Path, channel: Path) -> None:
+    root = _conda_project(tmp_path, channel)
+    proj = open_project(str(root))
+    first = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler"))
+    assert first.state == "locked" and first.changes is None, first.message
+    prof = root / "profiles" / "cpu-py311-conda.yaml"
+    prof.write_text(prof.read_text().replace('numpy: "2.1.3"', 'numpy: "2.2.0"'))
+    second = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler"))
+    assert second.state == "locked", second.message
+    assert [c.render() for c in second.changes or []] == ["  numpy 2.1.3 -> 2.2.0"]

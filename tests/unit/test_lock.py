@@ -213,3 +213,36 @@ def test_committed_lockfiles_hash_every_artifact() -> None:
         assert pins, path
         assert all(p.hashes for p in pins.values()), path
         assert all(p.source for p in pins.values()), path
+
+
+def _resolution(**versions: str) -> dict[str, Pin]:
+    return {n: Pin(n, v.split("#")[0], [f"sha256:{v}"]) for n, v in versions.items()}
+
+
+def test_relock_changes_name_moves_additions_removals_and_rehashes() -> None:
+    before = {"x86_64": _resolution(numpy="2.1.3", einops="0.8.1", torch="2.5.0", filelock="3.12.0")}
+    after = {"x86_64": _resolution(numpy="2.1.2", tqdm="4.67.1", torch="2.5.1", filelock="3.12.0#rebuilt")}
+    got = [c.render() for c in lockfile.changes(before, after)]
+    assert got == [
+        "- einops 0.8.1",
+        "! filelock 3.12.0: same version, different hashes",
+        "  numpy 2.1.3 -> 2.1.2 (downgrade)",
+        "  torch 2.5.0 -> 2.5.1",
+        "+ tqdm 4.67.1",
+    ]
+    assert lockfile.changes(before, before) == []
+
+
+def test_a_change_on_every_platform_is_said_once_and_one_on_some_names_them() -> None:
+    before = {"x86_64": _resolution(numpy="2.1.2", triton="3.1.0"), "aarch64": _resolution(numpy="2.1.2")}
+    after = {"x86_64": _resolution(numpy="2.1.3", triton="3.2.0"), "aarch64": _resolution(numpy="2.1.3")}
+    assert [(c.name, c.platforms, c.kind) for c in lockfile.changes(before, after)] == [
+        ("numpy", (), "upgraded"),
+        ("triton", ("x86_64",), "upgraded"),
+    ]
+
+
+def test_conda_versions_that_are_not_pep440_still_report_a_change() -> None:
+    change = lockfile.Change("openssl", "1.1.1v", "1.1.1w")
+    assert change.kind == "changed"
+    assert change.render() == "  openssl 1.1.1v -> 1.1.1w"
