@@ -32,6 +32,7 @@ SMOKE_LABEL = f"{LABEL_NS}.smoke"
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 BUILDKIT_STEP_RE = re.compile(r"^#\d+ \[(?:[\w-]+ )?(\d+)/(\d+)\] (.*)$")
 TAIL = 40
+LINE_MAX = 500
 
 
 @dataclass(frozen=True)
@@ -328,9 +329,12 @@ class _Log:
         self.fh.close()
 
     def failure(self) -> BuildFailure:
-        return BuildFailure(
-            step=self.step or "(before the first step)", tail=self.tail[-TAIL:], log_path=str(self.path)
-        )
+        # One line can be megabytes (pip prints every file a failed copy left behind on one line);
+        # the error shows its start, the log keeps all of it.
+        tail = [
+            t if len(t) <= LINE_MAX else f"{t[:LINE_MAX]}... ({len(t)} characters, all in the log)" for t in self.tail
+        ]
+        return BuildFailure(step=self.step or "(before the first step)", tail=tail[-TAIL:], log_path=str(self.path))
 
 
 def _sdk_build(

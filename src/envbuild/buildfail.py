@@ -85,17 +85,29 @@ _RULES = (
 )
 
 
+# Before everything, the hash check included: a download cut short by a full disk fails its hash too.
+_DISK_FULL = _Rule(
+    r"[Nn]o space left on device",
+    "the engine ran out of disk space",
+    "free space where the engine keeps images (`docker info`: Docker Root Dir): `envbuild images --prune` "
+    "removes this project's old images, `docker builder prune` and `docker image prune` the engine's caches; "
+    "a CUDA build needs room for the wheels, the builder stage and the ~6 GB image at once",
+)
+
+
+def _apply(rule: _Rule, tail: list[str], profile: str) -> Diagnosis | None:
+    m = _first(rule.pattern, tail)
+    if m is None:
+        return None
+    groups = [g for g in m.groups() if g]
+    fields = {"name": profile, "where": f" ({groups[0]})" if groups else ""}
+    fields |= {f"g{i}": g or "" for i, g in enumerate(m.groups(), 1)}
+    return Diagnosis(rule.message.format(**fields), rule.hint.format(**fields))
+
+
 def diagnose(tail: list[str], profile: str) -> Diagnosis | None:
     """What went wrong in a build whose last lines are `tail`, when it is something the user can fix."""
-    found = _hash_mismatch(tail, profile)
+    found = _apply(_DISK_FULL, tail, profile) or _hash_mismatch(tail, profile)
     if found is not None:
         return found
-    for rule in _RULES:
-        m = _first(rule.pattern, tail)
-        if m is None:
-            continue
-        groups = [g for g in m.groups() if g]
-        fields = {"name": profile, "where": f" ({groups[0]})" if groups else ""}
-        fields |= {f"g{i}": g or "" for i, g in enumerate(m.groups(), 1)}
-        return Diagnosis(rule.message.format(**fields), rule.hint.format(**fields))
-    return None
+    return next((d for rule in _RULES if (d := _apply(rule, tail, profile)) is not None), None)

@@ -1028,6 +1028,8 @@ def doctor(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     eng = report.engine
     if eng.get("reachable"):
         con.print(f"engine: reachable, {eng.get('version')} (API {eng.get('api')}) at {eng.get('url')}")
+        if eng.get("free_bytes") is not None:
+            con.print(f"  disk: {_size(eng['free_bytes'])} free at {eng.get('data_root')}")
     else:
         con.print(f"engine: NOT reachable: {eng.get('error')}\n  fix: {eng.get('hint')}")
     con.print(

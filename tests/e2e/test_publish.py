@@ -152,11 +152,20 @@ def test_committed_workflow_is_generated_and_names_every_profile() -> None:
     assert doc["permissions"] == {"contents": "read"}
 
 
+def docker_root() -> str:
+    return subprocess.run(
+        ["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def test_doctor_reports_no_gpu_without_failing() -> None:
     res = envbuild("doctor", "--json", cwd=REPO)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     assert report["engine"]["reachable"] is True
+    # The local engine's data root and its free space, as statvfs sees it on this machine.
+    assert report["engine"]["data_root"] == docker_root()
+    assert 0 < report["engine"]["free_bytes"] <= shutil.disk_usage(docker_root()).total
     assert report["gpus"] == [] and "no GPU on this host" in " ".join(report["notes"])
     verdicts = {p["profile"]: p for p in report["profiles"]}
     assert verdicts["cpu-py311"]["runs_here"] is True

@@ -37,6 +37,12 @@ APT_OFFLINE = [
 ]
 APT_MISSING = ["Building dependency tree...", "E: Unable to locate package envbuild-no-such-package"]
 APT_VERSION = ["E: Version '9.9' for 'git' was not found"]
+# pip installing torch onto a 60 MB tmpfs in a container here; it rolls back, then says this.
+DISK_FULL = [
+    "  Moving to /opt/venv/lib/python3.11/site-packages/torchgen/",
+    "   from /opt/venv/lib/python3.11/site-packages/~orchgen",
+    "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device",
+]
 HASHES = [
     "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package "
     "versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have "
@@ -60,6 +66,9 @@ HASHES = [
         (APT_MISSING, "apt has no package 'envbuild-no-such-package'", "the `apt:` list of cpu-py311's profile"),
         (APT_VERSION, "apt has no version 9.9 of git", "version pin of git"),
         (HASHES, "hash mismatch for numpy==2.1.3", "envbuild lock cpu-py311 --upgrade"),
+        (DISK_FULL, "the engine ran out of disk space", "envbuild images --prune"),
+        # A download cut short by a full disk also fails its hash: the disk is the cause.
+        (HASHES + DISK_FULL[2:], "the engine ran out of disk space", "docker builder prune"),
     ],
 )
 def test_diagnose_names_the_cause_not_the_symptom(tail: list[str], message: str, hint: str) -> None:
@@ -106,3 +115,16 @@ def test_the_engines_chunks_are_joined_into_lines_before_they_are_read(tmp_path:
         "Building dependency tree...",
         "E: Unable to locate package envbuild-no-such-package",
     ]
+
+
+def test_a_megabyte_line_is_cut_in_the_error_and_kept_whole_in_the_log(tmp_path: Path) -> None:
+    from envbuild.build import LINE_MAX, _Log
+
+    log = _Log(tmp_path / "build.log")
+    huge = "shutil.Error: [" + "('/tmp/a', '/t/a', '[Errno 28] No space left on device'), " * 50_000 + "]"
+    log.line("Step 5/9 : RUN pip install x")
+    log.line(huge)
+    log.close()
+    shown = log.failure().tail[-1]
+    assert len(shown) < LINE_MAX + 100 and shown.endswith(f"({len(huge)} characters, all in the log)")
+    assert huge in (tmp_path / "build.log").read_text()
