@@ -6,6 +6,7 @@ a failure at any point leaves every existing tag where it was.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -13,7 +14,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -453,8 +454,63 @@ def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any]) -> str:
     return str(image.id)
 
 
+@contextlib.contextmanager
+def exclusive(project: Project, name: str, say: Events) -> Iterator[None]:
+    """One build of a profile at a time in a project: a second one would rewrite the context the
+    first is sending, and `images --prune` must not take the first one's not yet tagged image."""
+    from filelock import FileLock, Timeout
+
+    project.build_dir.mkdir(parents=True, exist_ok=True)
+    guard = FileLock(str(project.build_dir / f".{name}.lock"))
+    try:
+        guard.acquire(timeout=0)
+    except Timeout:
+        say("phase", "wait", f"another build of {name} is running in this project; waiting for it")
+        guard.acquire()
+    try:
+        yield
+    finally:
+        guard.release()
+
+
+def building(project: Project, name: str) -> bool:
+    """Whether a build of `name` holds its lock right now (in any process)."""
+    from filelock import FileLock, Timeout
+
+    path = project.build_dir / f".{name}.lock"
+    if not path.exists():
+        return False
+    guard = FileLock(str(path))
+    try:
+        guard.acquire(timeout=0)
+    except Timeout:
+        return True
+    guard.release()
+    return False
+
+
+def context_only(project: Project, prof: Profile, opts: BuildOptions, events: Events | None = None) -> dict[str, Any]:
+    """The build context alone, for docker buildx bake or another builder: no engine needed."""
+    say = events or (lambda *_: None)
+    with exclusive(project, prof.name, say):
+        ctx, lock_path, facts = prepare_context(project, prof, opts)
+    return {
+        "profile": prof.name,
+        "context": str(ctx),
+        "dockerfile": str(ctx / "Dockerfile"),
+        "target": "runtime",
+        "lockfile": str(lock_path),
+        "labels": facts["labels"],
+    }
+
+
 def build(project: Project, prof: Profile, opts: BuildOptions, events: Events | None = None) -> BuildResult:
     say = events or (lambda *_: None)
+    with exclusive(project, prof.name, say):
+        return _build(project, prof, opts, say)
+
+
+def _build(project: Project, prof: Profile, opts: BuildOptions, say: Events) -> BuildResult:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
     say("phase", "context", "assembling the build context")

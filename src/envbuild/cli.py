@@ -672,6 +672,16 @@ def build(
         smoke_gpus=gpus,
         builder=builder,
     )
+    if context_only:
+        ctx = b.context_only(proj, prof, opts, _step_printer(as_json))
+        if as_json:
+            output.emit_json(ctx)
+            return
+        output.out().print(f"wrote the build context of {name}: {proj.rel(Path(ctx['context']))}", markup=False)
+        output.out().print(
+            f"  build it with: docker build --target runtime {proj.rel(Path(ctx['context']))}", markup=False
+        )
+        return
     result = b.build(proj, prof, opts, _step_printer(as_json))
     if as_json:
         from dataclasses import asdict

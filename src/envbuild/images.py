@@ -3,7 +3,8 @@
 Every lock change leaves the previous image behind under its `NAME-<lock sha>` tag, and every
 failed smoke test leaves an untagged one; over months that is tens of GB per machine. An image
 belongs to the project when its source label is the project's. Pruning never touches an image
-a moving tag (`NAME`, `NAME-untested`) points to, the current one, or one a container uses.
+a moving tag (`NAME`, `NAME-untested`) points to, the current one, one a container uses, or an
+untagged one while a build of its profile runs (the build tags its image last).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def classify(
     expected: dict[str, Profile | ProfileError],
     compare: Callable[[Profile, dict[str, str]], list[str]],
     users: dict[str, list[str]],
+    building: frozenset[str] = frozenset(),
 ) -> ImageRow:
     """One image's state and whether pruning keeps it. Pure: everything it knows comes in."""
     labels: dict[str, str] = dict((attrs.get("Config") or {}).get("Labels") or {})
@@ -92,6 +94,8 @@ def classify(
     moving = [t for t in row.tags if _moving(t, profile)]
     if image_id in users:
         row.keep, row.reason = True, f"in use by container {', '.join(users[image_id])}"
+    elif row.state == "untagged" and profile in building:
+        row.keep, row.reason = True, f"a build of {profile} is running (its image is tagged last)"
     elif row.state in {"current", "unknown"}:
         row.keep, row.reason = True, row.state
     elif moving:
@@ -120,6 +124,7 @@ def survey(project: Project, names: list[str] | None = None) -> tuple[Any, Surve
     users: dict[str, list[str]] = {}
     for c in cli.api.containers(all=True):
         users.setdefault(str(c.get("ImageID", "")), []).append(str((c.get("Names") or ["?"])[0]).lstrip("/"))
+    busy = frozenset(n for n in expected if build_mod.building(project, n))
     rows: list[ImageRow] = []
     for summary in cli.api.images(filters={"label": f"{NS}.profile"}):
         image_id = str(summary["Id"])
@@ -129,7 +134,7 @@ def survey(project: Project, names: list[str] | None = None) -> tuple[Any, Surve
         if names and labels.get(f"{NS}.profile") not in names:
             continue
         attrs = cli.api.inspect_image(image_id)
-        rows.append(classify(image_id, attrs, expected, lambda p, lb: publish.compare(project, p, lb), users))
+        rows.append(classify(image_id, attrs, expected, lambda p, lb: publish.compare(project, p, lb), users, busy))
     rows.sort(key=lambda r: (r.profile, r.created), reverse=True)
     return cli, Survey(rows)
 

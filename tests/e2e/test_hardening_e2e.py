@@ -62,6 +62,28 @@ def test_two_profiles_built_at_once(
     record("concurrent_builds", builds=2, failures=0)
 
 
+def test_two_builds_of_one_profile_take_turns(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str
+) -> None:
+    """Side by side they would rewrite each other's context mid-send; the second waits, says so, succeeds."""
+    _variant(e2e_project, "cpu-py311-t", "turns")
+    procs = [
+        subprocess.Popen(
+            _build_cmd("cpu-py311-t", repo_name, "--no-smoke"),
+            cwd=e2e_project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=1200) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    waited = [err for _, err in outs if "wait: another build of cpu-py311-t is running in this project" in err]
+    assert len(waited) == 1, [err[-1500:] for _, err in outs]
+    assert docker_client.images.get(f"{repo_name}:cpu-py311-t-untested")
+
+
 def test_killed_build_moves_no_tag_and_the_next_build_succeeds(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str
 ) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from envbuild import fsutil, profile
+from envbuild import build, fsutil, profile
+from envbuild.project import open_project
 
 from ..conftest import REPO
 from .conftest import BASE, envbuild
@@ -118,11 +119,20 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     assert "3 image(s) would go" in dry.stdout
     assert all(_exists(docker_client, i) for i in (stale, leftover, orphan))
 
+    # While a build of cpu-py311 runs (it holds the profile's build lock), its untagged image may be
+    # the one that build is about to tag: prune leaves it and removes the rest.
+    with build.exclusive(open_project(str(proj)), "cpu-py311", lambda *_: None):
+        during = envbuild("images", "--prune", "--json", cwd=proj)
+    assert during.returncode == 0, during.stderr
+    report = json.loads(during.stdout)
+    assert sorted(r["image_id"] for r in report["images"] if r["removed"]) == sorted([stale, orphan])
+    assert report["freed_bytes"] >= 8_000_000, "the stale image's own 8 MB layer is gone from the engine's disk"
+    kept = {r["image_id"]: r for r in report["images"]}[leftover]
+    assert kept["reason"] == "a build of cpu-py311 is running (its image is tagged last)"
+
     pruned = envbuild("images", "--prune", "--json", cwd=proj)
     assert pruned.returncode == 0, pruned.stderr
-    report = json.loads(pruned.stdout)
-    assert sorted(r["image_id"] for r in report["images"] if r["removed"]) == sorted([stale, leftover, orphan])
-    assert report["freed_bytes"] >= 8_000_000, "the stale image's own 8 MB layer is gone from the engine's disk"
+    assert [r["image_id"] for r in json.loads(pruned.stdout)["images"] if r["removed"]] == [leftover]
     for image_id in (stale, leftover, orphan):
         assert not _exists(docker_client, image_id)
     for image_id in (current, stale_moving, in_use, elsewhere):

@@ -61,6 +61,18 @@ def test_an_image_a_container_uses_is_kept_whatever_its_state() -> None:
     assert (row.state, row.keep, row.reason) == ("untagged", True, "in use by container train-run")
 
 
+def test_an_untagged_image_is_left_alone_while_a_build_of_its_profile_runs() -> None:
+    # The build's image is untagged from the end of `docker build` until the smoke test passed.
+    busy = images.classify(
+        "sha256:" + "1" * 64, _attrs([], smoke=False), {"cu121-py311": PROF}, _compare, {}, frozenset({"cu121-py311"})
+    )
+    assert (busy.state, busy.keep, busy.reason) == (
+        "untagged",
+        True,
+        "a build of cu121-py311 is running (its image is tagged last)",
+    )
+
+
 def test_untagged_leftovers_and_images_of_deleted_profiles_can_go() -> None:
     leftover = _row(_attrs(["<none>:<none>"], smoke=False))
     assert (leftover.state, leftover.keep, leftover.tags) == ("untagged", False, [])
