@@ -948,6 +948,50 @@ def images(
         output.err().print(f"kept {e}", markup=False)
 
 
+@app.command()
+def status(
+    names: Annotated[list[str] | None, typer.Argument(help="Profiles to look at (default: all).")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Where each profile stands: valid, lockfile fresh, image built from it and tested; and the next command."""
+    from envbuild import status as status_mod
+
+    proj = _project(project)
+    if names:
+        for name in names:
+            proj.profile_path(name)  # an unknown name is a usage error with the list of profiles
+    rows, note = status_mod.status(proj, names)
+    if as_json:
+        output.emit_json({"profiles": [r.as_dict() for r in rows], "note": note or None})
+        return
+    if not rows:
+        _say_no_profiles(proj)
+        return
+    output.out().print(
+        output.table(
+            None,
+            ["profile", "valid", "lockfile", "image", "next"],
+            [
+                [
+                    r.profile,
+                    "yes" if r.valid else "no",
+                    r.lockfile,
+                    r.image + (f" ({r.image_ref.rsplit('/', 1)[-1]})" if r.image_ref else ""),
+                    r.next or "ready",
+                ]
+                for r in rows
+            ],
+        ),
+        markup=False,
+    )
+    for r in rows:
+        if r.problem:
+            output.err().print(f"{r.profile}: {r.problem}", markup=False)
+    if note:
+        output.err().print(f"note: {note}", markup=False)
+
+
 @app.command("matrix")
 def matrix_(
     fmt: Annotated[str, typer.Option("--format", help="github, json or bake.")] = "github",

@@ -105,7 +105,8 @@ def classify(
     return row
 
 
-def _expected(project: Project) -> dict[str, Profile | ProfileError]:
+def load_all(project: Project) -> dict[str, Profile | ProfileError]:
+    """Every profile of the project, validated; an invalid one as its error."""
     out: dict[str, Profile | ProfileError] = {}
     for name in project.profile_names():
         path = project.profile_path(name)
@@ -116,11 +117,13 @@ def _expected(project: Project) -> dict[str, Profile | ProfileError]:
     return out
 
 
-def survey(project: Project, names: list[str] | None = None) -> tuple[Any, Survey]:
+def survey(
+    project: Project, names: list[str] | None = None, expected: dict[str, Profile | ProfileError] | None = None
+) -> tuple[Any, Survey]:
     """The project's envbuild images, newest first, each classified."""
     cli = engine.client()
     source = build_mod.project_source(project)
-    expected = _expected(project)
+    expected = load_all(project) if expected is None else expected
     users: dict[str, list[str]] = {}
     for c in cli.api.containers(all=True):
         users.setdefault(str(c.get("ImageID", "")), []).append(str((c.get("Names") or ["?"])[0]).lstrip("/"))

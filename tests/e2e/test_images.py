@@ -114,6 +114,15 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     assert rows[in_use]["reason"] == f"in use by container {repo}-user"
     assert "lockfile sha256: image has 0000" in rows[stale]["why"]
 
+    # status reads the same engine: cpu-py311 has its current, tested image; cu121-py311's is stale.
+    st = envbuild("status", "cpu-py311", "cu121-py311", "--json", cwd=proj)
+    assert st.returncode == 0, st.stderr
+    got = {p["profile"]: (p["image"], p["image_ref"], p["next"]) for p in json.loads(st.stdout)["profiles"]}
+    assert got == {
+        "cpu-py311": ("tested", f"{repo}:cpu-py311", ""),
+        "cu121-py311": ("stale", f"{repo}:cu121-py311", "envbuild build cu121-py311"),
+    }
+
     dry = envbuild("images", "--prune", "--dry-run", cwd=proj)
     assert dry.returncode == 0, dry.stderr
     assert "3 image(s) would go" in dry.stdout
