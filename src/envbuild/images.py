@@ -9,9 +9,8 @@ untagged one while a build of its profile runs (the build tags its image last).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envbuild import build as build_mod
@@ -23,7 +22,6 @@ from envbuild.project import Project
 Events = Callable[[str, str, str], None]
 NS = build_mod.LABEL_NS
 SOURCE_LABEL = "org.opencontainers.image.source"
-IMMUTABLE_TAG = re.compile(r"^(?P<name>.+)-[0-9a-f]{12}$")
 
 
 @dataclass
@@ -41,7 +39,7 @@ class ImageRow:
     removed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
+        return asdict(self)
 
 
 @dataclass
@@ -51,9 +49,9 @@ class Survey:
     errors: list[str] = field(default_factory=list)
 
 
-def _moving(tag: str, profile: str) -> bool:
-    name = tag.rsplit(":", 1)[-1] if ":" in tag.rsplit("/", 1)[-1] else "latest"
-    return name in {profile, f"{profile}-untested"}
+def _moving(ref: str, profile: str) -> bool:
+    """Whether `ref` (REPO:TAG, REPO may hold a registry port) is one of the profile's moving tags."""
+    return ref.rsplit("/", 1)[-1].partition(":")[2] in {profile, f"{profile}-untested"}
 
 
 def classify(
@@ -138,7 +136,8 @@ def survey(
             continue
         attrs = cli.api.inspect_image(image_id)
         rows.append(classify(image_id, attrs, expected, lambda p, lb: publish.compare(project, p, lb), users, busy))
-    rows.sort(key=lambda r: (r.profile, r.created), reverse=True)
+    rows.sort(key=lambda r: r.created, reverse=True)
+    rows.sort(key=lambda r: r.profile)  # stable: by profile, newest first within one
     return cli, Survey(rows)
 
 
@@ -160,7 +159,7 @@ def prune(project: Project, names: list[str] | None, *, dry_run: bool, events: E
         say("remove", row.image_id[7:19], ", ".join(row.tags) or "untagged")
         try:
             # By ID with every tag at once: either the image goes or nothing about it changes.
-            cli.api.remove_image(row.image_id, force=bool(len(row.tags) > 1), noprune=False)
+            cli.api.remove_image(row.image_id, force=len(row.tags) > 1, noprune=False)
             row.removed = True
         except docker.errors.ImageNotFound:
             row.removed = True  # went with a child removed just before

@@ -140,6 +140,14 @@ def stale_reason(project: Project, prof: Profile, platforms: Sequence[str] | Non
     return None
 
 
+def lock_state(project: Project, prof: Profile) -> tuple[str, str]:
+    """("fresh" | "missing" | "stale", why) for `envbuild status`."""
+    reason = stale_reason(project, prof)
+    if reason is None:
+        return "fresh", ""
+    return ("missing" if reason.endswith(" is missing") else "stale"), reason
+
+
 def check(project: Project, names: Sequence[str]) -> list[StaleLock]:
     """Offline freshness check for CI: no resolver, no network."""
     stale = []

@@ -58,8 +58,7 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
             errors = [d.render() for d in target.diagnostics if d.severity == "error"] or [target.message]
             out.append(ProfileStatus(name, False, errors[0], "-", "", "-", "", f"envbuild validate {name}"))
             continue
-        reason = lock.stale_reason(project, target)
-        state = "fresh" if reason is None else "missing" if reason.endswith("is missing") else "stale"
+        state, reason = lock.lock_state(project, target)
         image, ref = ("unknown", "") if rows is None else _image(rows, name)
         if state != "fresh":
             step = f"envbuild lock {name}"
@@ -67,5 +66,5 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
             step = f"envbuild build {name}"
         else:
             step = ""
-        out.append(ProfileStatus(name, True, "", state, reason or "", image, ref, step))
+        out.append(ProfileStatus(name, True, "", state, reason, image, ref, step))
     return out, note
