@@ -419,6 +419,9 @@ def lock(
         typer.Option("--platform", help="x86_64 and/or aarch64 (default: the profile's)."),
     ] = None,
     solver: Annotated[str, typer.Option(help="conda flavor: auto, conda-lock or rattler.")] = "auto",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Resolve and say what would change; write nothing.")
+    ] = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Profiles locked at once.")] = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
@@ -429,6 +432,8 @@ def lock(
 
     proj = _project(project)
     chosen = _names(proj, names, all_)
+    if check and dry_run:
+        raise UsageError("--check and --dry-run do not go together", hint="--check is offline; --dry-run resolves")
     if check:
         stale = lk.check(proj, chosen)
         if as_json:
@@ -451,6 +456,7 @@ def lock(
         upgrade_packages=tuple(upgrade_package or ()),
         platforms=tuple(platform or ()),
         solver=solver,
+        dry_run=dry_run,
     )
     outcomes = _with_progress(
         chosen,
@@ -474,7 +480,7 @@ def lock(
             ]
         )
     else:
-        _print_lock_changes(outcomes)
+        _print_lock_changes(outcomes, dry_run)
     if not as_json and len(failed) > 1:
         # One failure is reported once, by the error it raises below; several each get theirs here.
         for o in failed:
@@ -487,16 +493,17 @@ def lock(
         )
 
 
-def _print_lock_changes(outcomes: list[Any]) -> None:
+def _print_lock_changes(outcomes: list[Any], dry_run: bool = False) -> None:
     """What each re-lock moved: a reviewer reads this instead of a diff of hashes."""
     con = output.out()
     for o in outcomes:
         if o.state != "locked" or o.changes is None:
             continue
         if not o.changes:
-            con.print(f"{o.name}: no package changed", markup=False)
+            con.print(f"{o.name}: no package {'would change' if dry_run else 'changed'}", markup=False)
             continue
-        con.print(f"{o.name}: {len(o.changes)} package(s) changed", markup=False)
+        verb = "would change (dry run, nothing written)" if dry_run else "changed"
+        con.print(f"{o.name}: {len(o.changes)} package(s) {verb}", markup=False)
         for change in o.changes:
             con.print(f"  {change.render()}", markup=False)
 

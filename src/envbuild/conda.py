@@ -325,14 +325,16 @@ def lock(project: Project, prof: Profile, opts: LockOptions, digest: str) -> Loc
     )
     path = lock_dir(project, prof.name) / "conda-lock.yml"
     before = _previous_pins(path)
-    written = atomic_write_many({path: head + yaml.safe_dump(doc, sort_keys=False, width=200)})
+    written = [] if opts.dry_run else atomic_write_many({path: head + yaml.safe_dump(doc, sort_keys=False, width=200)})
     return LockOutcome(
         prof.name,
         "locked",
-        f"{len(entries)} packages ({solver})",
+        f"{len(entries)} packages ({solver})" + (" (dry run: nothing written)" if opts.dry_run else ""),
         packages=len(entries),
         files=written,
-        changes=lockfile.changes(before, _pins_by_platform(entries)) if before is not None else None,
+        changes=lockfile.changes(before or {}, _pins_by_platform(entries))
+        if before is not None or opts.dry_run
+        else None,
     )
 
 

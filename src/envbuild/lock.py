@@ -64,6 +64,7 @@ class LockOptions:
     platforms: tuple[str, ...] = ()
     solver: str = "auto"  # conda only: auto | conda-lock | rattler
     offline: bool = False
+    dry_run: bool = False  # resolve and report the changes, write nothing
 
 
 @dataclass
@@ -99,6 +100,7 @@ def effective_options(project: Project, prof: Profile, opts: LockOptions) -> Loc
         platforms=opts.platforms or tuple(prof.platforms),
         solver=opts.solver,
         offline=opts.offline,
+        dry_run=opts.dry_run,
     )
 
 
@@ -336,14 +338,14 @@ def _lock_venv(project: Project, prof: Profile, opts: LockOptions, digest: str) 
             files[directory / secondary] = head + render.redact(pylock_text)
             files[directory / primary] = head + render.redact(req_text)
             count = max(count, len(pins))
-    written = atomic_write_many(files)
+    written = [] if opts.dry_run else atomic_write_many(files)
     return LockOutcome(
         prof.name,
         "locked",
-        f"{count} packages",
+        f"{count} packages" + (" (dry run: nothing written)" if opts.dry_run else ""),
         packages=count,
         files=written,
-        changes=lockfile.changes(before, after) if before else None,
+        changes=lockfile.changes(before, after) if before or opts.dry_run else None,
     )
 
 

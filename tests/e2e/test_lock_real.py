@@ -193,6 +193,16 @@ def test_a_relock_says_what_it_changed(proj: Path) -> None:
     assert "changed" not in first.stdout  # a first lock has nothing to compare with
     prof = proj / "profiles" / "cpu-py311.yaml"
     prof.write_text(prof.read_text().replace('numpy: "2.1.3"', 'numpy: "2.1.2"').replace('["einops==0.8.1"]', "[]"))
+    lock_path = proj / "lockfiles" / "cpu-py311" / "requirements.lock"
+    locked = lock_path.read_bytes()
+    dry = envbuild("lock", "cpu-py311", "--find-links", WHEELS, "--dry-run", cwd=proj)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout == (
+        "cpu-py311: 2 package(s) would change (dry run, nothing written)\n"
+        "  - einops 0.8.1\n"
+        "    numpy 2.1.3 -> 2.1.2 (downgrade)\n"
+    )
+    assert lock_path.read_bytes() == locked
     res = envbuild("lock", "cpu-py311", "--find-links", WHEELS, "--json", cwd=proj)
     assert res.returncode == 0, res.stderr
     [outcome] = json.loads(res.stdout)

@@ -96,6 +96,11 @@ def test_conda_relock_says_what_it_changed(tmp_path: Path, channel: Path) -> Non
     assert first.state == "locked" and first.changes is None, first.message
     prof = root / "profiles" / "cpu-py311-conda.yaml"
     prof.write_text(prof.read_text().replace('numpy: "2.1.3"', 'numpy: "2.2.0"'))
+    path = root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml"
+    written = path.read_bytes()
+    dry = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", dry_run=True))
+    assert [c.render() for c in dry.changes or []] == ["  numpy 2.1.3 -> 2.2.0"]
+    assert dry.files == [] and path.read_bytes() == written
     second = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler"))
     assert second.state == "locked", second.message
     assert [c.render() for c in second.changes or []] == ["  numpy 2.1.3 -> 2.2.0"]

@@ -246,3 +246,9 @@ def test_conda_versions_that_are_not_pep440_still_report_a_change() -> None:
     change = lockfile.Change("openssl", "1.1.1v", "1.1.1w")
     assert change.kind == "changed"
     assert change.render() == "  openssl 1.1.1v -> 1.1.1w"
+
+
+def test_check_and_dry_run_together_is_a_usage_error(cli: Callable[..., Result], locked_project: Path) -> None:
+    res = cli("lock", "--check", "--dry-run", "--all", "--project", str(locked_project))
+    assert res.code == 2
+    assert "--check and --dry-run do not go together" in res.err
