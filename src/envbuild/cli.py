@@ -266,7 +266,7 @@ def outdated(
         raise ProfilesBehind(
             f"{len(behind)} profile(s) behind upstream: {', '.join(behind)}",
             hint="move a pin on purpose: edit torch/numpy in the profile, `envbuild validate NAME` checks the pair, "
-            "then `envbuild lock NAME`",
+            "`envbuild lock NAME --dry-run` shows what would change, then `envbuild lock NAME`",
         )
 
 
