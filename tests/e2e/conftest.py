@@ -57,30 +57,44 @@ def docker_client() -> Any:
     return cli
 
 
+# This session's registries ("127.0.0.1:PORT"): tags under them are the session's to remove.
+SESSION_REGISTRIES: list[str] = []
+SESSION_REPO = f"envbuild-e2e-{uuid.uuid4().hex[:8]}"
+
+
+def _owned(ref: str) -> bool:
+    return ref.startswith(SESSION_REPO) or any(ref.startswith(f"{host}/") for host in SESSION_REGISTRIES)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def engine_left_as_found(docker_client: Any) -> Iterator[None]:
-    """Whatever containers and tags the suite made go at the end, even after a failed test.
+    """The containers and tags this session made go at the end, even after a failed test.
 
     Tests clean up after themselves; this catches what a killed build (by design) or a failed
-    assertion leaves, so a developer's engine does not fill up run after run.
+    assertion leaves, so a developer's engine does not fill up run after run. Only what the
+    session owns (its repository prefix, its registries) is touched: another suite or a user
+    working against the same engine at the same time keeps everything of theirs.
     """
     containers = {c.id for c in docker_client.containers.list(all=True)}
     tags = {t for image in docker_client.images.list() for t in image.tags}
     yield
+    owned_images = {image.id for image in docker_client.images.list() if any(_owned(t) for t in image.tags)}
     for container in docker_client.containers.list(all=True):
-        if container.id not in containers:
+        if container.id in containers:
+            continue
+        if container.attrs.get("Image") in owned_images or _owned(str(container.attrs["Config"].get("Image", ""))):
             with contextlib.suppress(Exception):
                 container.remove(force=True)
     for image in docker_client.images.list():
         for tag in image.tags:
-            if tag not in tags:
+            if tag not in tags and _owned(tag):
                 with contextlib.suppress(Exception):
                     docker_client.images.remove(tag, force=True)
 
 
 @pytest.fixture(scope="session")
 def repo_name() -> str:
-    return f"envbuild-e2e-{uuid.uuid4().hex[:8]}"
+    return SESSION_REPO
 
 
 @pytest.fixture(scope="session")
@@ -161,6 +175,7 @@ def _serve_registry(root: Path, *, login: bool) -> Iterator[str]:
                 time.sleep(0.1)
         else:
             pytest.fail(f"the registry did not start: {(root / 'registry.log').read_text()[-2000:]}")
+        SESSION_REGISTRIES.append(f"127.0.0.1:{port}")
         yield f"127.0.0.1:{port}"
     finally:
         proc.terminate()

@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,7 +65,7 @@ def _exists(cli: Any, image_id: str) -> bool:
 
 
 def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagged_or_used(
-    docker_client: Any, made: Made, tmp_path: Path
+    docker_client: Any, made: Made, tmp_path: Path, repo_name: str
 ) -> None:
     proj = tmp_path / "proj"
     for part in ("profiles", "lockfiles"):
@@ -74,7 +73,7 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     prof = profile.load_valid(proj / "profiles" / "cpu-py311.yaml")
     lock_sha = fsutil.sha256_file(proj / "lockfiles" / "cpu-py311" / "requirements.lock")
     source = f"file://{proj}"
-    repo = f"envbuild-e2e-images-{uuid.uuid4().hex[:8]}"
+    repo = f"{repo_name}-images"
 
     def labels(name: str, sha: str, *, smoke: bool = True, src: str = source) -> dict[str, str]:
         out = {

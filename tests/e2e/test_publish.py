@@ -61,12 +61,12 @@ def test_round_trip_push_delete_pull(
 
 
 def test_pull_verify_rejects_a_tampered_lock_label(
-    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str, repo_name: str
 ) -> None:
     fake = "f" * 64
     dockerfile = f'FROM {built_cpu["image_id"]}\nLABEL io.envbuild.lock-sha256="{fake}"\n'
     image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
-    repo = "envbuild-e2e-tampered"
+    repo = f"{repo_name}-tampered"
     image.tag(repo, tag="cpu-py311")
     target = f"{registry}/envbuild/tampered"
     try:
@@ -84,19 +84,18 @@ def test_pull_verify_rejects_a_tampered_lock_label(
 
 
 def test_push_refuses_an_untested_image(
-    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str, repo_name: str
 ) -> None:
     dockerfile = f'FROM {built_cpu["built_image_id"]}\nLABEL io.envbuild.note="built with --no-smoke"\n'
     image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
-    image.tag("envbuild-e2e-untested", tag="cpu-py311")
+    repo = f"{repo_name}-untested"
+    image.tag(repo, tag="cpu-py311")
     try:
-        res = envbuild(
-            "push", "cpu-py311", "--tag", "envbuild-e2e-untested", "--registry", f"{registry}/x/y", cwd=e2e_project
-        )
+        res = envbuild("push", "cpu-py311", "--tag", repo, "--registry", f"{registry}/x/y", cwd=e2e_project)
         assert res.returncode == 10
         assert "has not passed the smoke test; refusing to push it" in res.stderr
     finally:
-        docker_client.images.remove("envbuild-e2e-untested:cpu-py311", force=True, noprune=True)
+        docker_client.images.remove(f"{repo}:cpu-py311", force=True, noprune=True)
 
 
 def test_registry_down_is_a_clear_error(built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
@@ -222,7 +221,12 @@ def _docker_config(folder: Path, registry: str, password: str) -> Path:
 
 
 def test_a_registry_that_needs_login(
-    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, login_registry: str, tmp_path: Path
+    docker_client: Any,
+    built_cpu: dict[str, Any],
+    e2e_project: Path,
+    login_registry: str,
+    tmp_path: Path,
+    repo_name: str,
 ) -> None:
     """Wrong credentials: exit 10 and `docker login HOST`; the CLI's stored ones: push and pull go through."""
     # One small layer under the built image's labels: push judges the labels, and re-uploading
@@ -236,7 +240,7 @@ def test_a_registry_that_needs_login(
             tar.addfile(info, io.BytesIO(data))
     context.seek(0)
     image, _ = docker_client.images.build(fileobj=context, custom_context=True, labels=labels, rm=True)
-    repo, target = "envbuild-e2e-login", f"{login_registry}/envbuild/login"
+    repo, target = f"{repo_name}-login", f"{login_registry}/envbuild/login"
     image.tag(repo, tag="cpu-py311")
     wrong = _docker_config(tmp_path / "wrong", login_registry, "not-the-password")
     right = _docker_config(tmp_path / "right", login_registry, REGISTRY_PASSWORD)
