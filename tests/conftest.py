@@ -62,6 +62,15 @@ def project(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def engineless_project(project: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`project` with the committed lockfiles too, as the working folder, and no engine to reach."""
+    shutil.copytree(REPO / "lockfiles", project / "lockfiles")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # nothing listens there
+    return project
+
+
+@pytest.fixture
 def write_profile(project: Path) -> Callable[..., Path]:
     def write(stem: str | None = None, text: str | None = None, **fields: Any) -> Path:
         data = {**VALID, **fields}

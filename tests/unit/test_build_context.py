@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from envbuild import build
 from envbuild.project import open_project
 
-from ..conftest import REPO, Result
-
-
-@pytest.fixture
-def proj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "proj"
-    for part in ("profiles", "lockfiles"):
-        shutil.copytree(REPO / part, root / part)
-    monkeypatch.chdir(root)
-    # Nothing listens here: --context-only must not need the engine.
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    return root
+from ..conftest import Result
 
 
 def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
-    cli: Callable[..., Result], proj: Path
+    cli: Callable[..., Result], engineless_project: Path
 ) -> None:
     res = cli("build", "cu121-py311", "--context-only", "--json")
     assert res.code == 0, res.err
@@ -35,21 +21,21 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
     ctx = Path(report["context"])
     assert sorted(p.name for p in ctx.iterdir()) == ["Dockerfile", "certs", "requirements.lock", "smoke", "wheels"]
     assert (ctx / "requirements.lock").read_bytes() == (
-        proj / "lockfiles" / "cu121-py311" / "requirements.lock"
+        engineless_project / "lockfiles" / "cu121-py311" / "requirements.lock"
     ).read_bytes()
     dockerfile = (ctx / "Dockerfile").read_text()
     assert "FROM ${BASE_IMAGE} AS runtime" in dockerfile
     assert f'io.envbuild.lock-sha256="{report["labels"]["io.envbuild.lock-sha256"]}"' in dockerfile
     bake = json.loads(cli("matrix", "--format", "bake").out)
-    assert (proj / bake["target"]["cu121-py311"]["context"]).resolve() == ctx.resolve()
+    assert (engineless_project / bake["target"]["cu121-py311"]["context"]).resolve() == ctx.resolve()
     assert bake["target"]["cu121-py311"]["target"] == report["target"]
     human = cli("build", "cu121-py311", "--context-only")
     assert human.code == 0
     assert "docker build --target runtime .envbuild/cu121-py311/context" in human.out
 
 
-def test_the_build_lock_is_per_profile_and_seen_from_outside(proj: Path) -> None:
-    project = open_project(str(proj))
+def test_the_build_lock_is_per_profile_and_seen_from_outside(engineless_project: Path) -> None:
+    project = open_project(str(engineless_project))
     said: list[str] = []
     assert not build.building(project, "cu121-py311")
     with build.exclusive(project, "cu121-py311", lambda *e: said.append(e[2])):

@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from ..conftest import REPO, Result
+from ..conftest import Result
 
 
-@pytest.fixture
-def proj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "proj"
-    for part in ("profiles", "lockfiles"):
-        shutil.copytree(REPO / part, root / part)
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    return root
-
-
-def test_status_says_what_each_profile_needs_next_without_an_engine(cli: Callable[..., Result], proj: Path) -> None:
-    prof = proj / "profiles" / "cu124-py312.yaml"
+def test_status_says_what_each_profile_needs_next_without_an_engine(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    prof = engineless_project / "profiles" / "cu124-py312.yaml"
     prof.write_text(prof.read_text().replace('numpy: "2.2.6"', 'numpy: "2.2.5"'))
-    (proj / "profiles" / "cu126-py312.yaml").write_text("name: cu126-py312\naccelerator: cuda\n")
+    (engineless_project / "profiles" / "cu126-py312.yaml").write_text("name: cu126-py312\naccelerator: cuda\n")
     res = cli("status", "--json")
     assert res.code == 0, res.err
     report = json.loads(res.out)
@@ -39,7 +28,7 @@ def test_status_says_what_each_profile_needs_next_without_an_engine(cli: Callabl
     assert "image states are unknown" in report["note"] and "no socket there" in report["note"]
 
 
-def test_status_of_an_unknown_profile_is_a_usage_error(cli: Callable[..., Result], proj: Path) -> None:
+def test_status_of_an_unknown_profile_is_a_usage_error(cli: Callable[..., Result], engineless_project: Path) -> None:
     res = cli("status", "cu999-py311")
     assert res.code == 2
     assert "cu999-py311" in res.err
