@@ -648,6 +648,9 @@ def build(
         bool, typer.Option("--no-smoke", help="Skip the smoke test (the image gets no smoke label).")
     ] = False,
     gpus: Annotated[str, typer.Option(help="Smoke test GPUs: auto, all, none or a count.")] = "auto",
+    smoke_timeout: Annotated[
+        float, typer.Option("--smoke-timeout", help="Seconds the smoke test may take before it fails.")
+    ] = 600.0,
     builder: Annotated[str, typer.Option(help="docker (the SDK) or buildkit.")] = "docker",
     context_only: Annotated[
         bool, typer.Option("--context-only", help="Only assemble the build context (for bake).")
@@ -677,8 +680,13 @@ def build(
         torch_index=torch_index,
         smoke=not no_smoke,
         smoke_gpus=gpus,
+        smoke_timeout=smoke_timeout,
         builder=builder,
     )
+    if smoke_timeout <= 0:
+        raise UsageError(
+            f"--smoke-timeout {smoke_timeout:g}: must be a positive number of seconds", hint="e.g. --smoke-timeout 900"
+        )
     if context_only:
         ctx = b.context_only(proj, prof, opts, _step_printer(as_json))
         if as_json:
@@ -740,6 +748,9 @@ def smoke(
     from envbuild import build as b
     from envbuild import engine, profile
     from envbuild.errors import SmokeFailed, UsageError
+
+    if timeout <= 0:
+        raise UsageError(f"--timeout {timeout:g}: must be a positive number of seconds", hint="e.g. --timeout 600")
     from envbuild.smoke import host
 
     proj = _project(project)

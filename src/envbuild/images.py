@@ -49,6 +49,23 @@ class Survey:
     errors: list[str] = field(default_factory=list)
 
 
+def same_source(a: str, b: str) -> bool:
+    """Whether two source labels name one repository: CI often clones over https while a developer's
+    remote is ssh (git@host:org/repo.git); both, with or without .git or credentials, are one project."""
+    return bool(a) and _canonical_source(a) == _canonical_source(b)
+
+
+def _canonical_source(url: str) -> str:
+    text = url.strip().rstrip("/").removesuffix(".git")
+    if text.startswith("file://"):
+        return text
+    text = text.split("://", 1)[-1]  # https://, ssh://, git://
+    text = text.rsplit("@", 1)[-1]  # user@ or user:token@
+    if ":" in text.split("/", 1)[0] and not text.split("/", 1)[0].rsplit(":", 1)[-1].isdigit():
+        text = text.replace(":", "/", 1)  # scp-like git@host:org/repo
+    return text.lower()
+
+
 def _moving(ref: str, profile: str) -> bool:
     """Whether `ref` (REPO:TAG, REPO may hold a registry port) is one of the profile's moving tags."""
     return ref.rsplit("/", 1)[-1].partition(":")[2] in {profile, f"{profile}-untested"}
@@ -130,7 +147,7 @@ def survey(
     for summary in cli.api.images(filters={"label": f"{NS}.profile"}):
         image_id = str(summary["Id"])
         labels = summary.get("Labels") or {}
-        if labels.get(SOURCE_LABEL) != source:
+        if not same_source(labels.get(SOURCE_LABEL, ""), source):
             continue
         if names and labels.get(f"{NS}.profile") not in names:
             continue

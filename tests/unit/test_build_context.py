@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from envbuild import build
 from envbuild.project import open_project
 
@@ -43,3 +45,19 @@ def test_the_build_lock_is_per_profile_and_seen_from_outside(engineless_project:
         assert not build.building(project, "cpu-py311")
     assert not build.building(project, "cu121-py311")
     assert said == []  # nobody else held it: no waiting message
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["build", "cu121-py311", "--smoke-timeout", "-5"], "--smoke-timeout -5: must be a positive number of seconds"),
+        (["smoke", "--local", "cpu-py311", "--timeout", "0"], "--timeout 0: must be a positive number of seconds"),
+    ],
+)
+def test_a_timeout_that_is_not_positive_is_refused_before_anything_runs(
+    cli: Callable[..., Result], engineless_project: Path, args: list[str], message: str
+) -> None:
+    res = cli(*args)
+    assert res.code == 2
+    assert message in res.err
+    assert not (engineless_project / ".envbuild").exists()

@@ -91,3 +91,19 @@ def test_dry_run_without_prune_is_a_usage_error(cli: Callable[..., Result]) -> N
     res = cli("images", "--dry-run")
     assert res.code == 2
     assert "--dry-run goes with --prune" in res.err
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("https://github.com/acme/envs.git", "git@github.com:acme/envs.git", True),
+        ("https://ci-token:x@github.com/Acme/envs", "ssh://git@github.com/acme/envs.git", True),
+        ("https://gitlab.example:8443/acme/envs.git", "https://gitlab.example:8443/acme/envs", True),
+        ("https://github.com/acme/envs", "https://github.com/acme/other", False),
+        ("file:///home/a/proj", "file:///home/b/proj", False),
+        ("", "", False),
+    ],
+)
+def test_one_repository_cloned_over_https_or_ssh_is_one_project(a: str, b: str, same: bool) -> None:
+    # CI builds from an https clone, a developer pulls into an ssh clone: `images` and `status` must agree.
+    assert images.same_source(a, b) is same
