@@ -101,7 +101,8 @@ def classify(
         row.state, row.why = "orphan", f"no profile {profile} in profiles/"
     elif isinstance(target, ProfileError):
         row.state, row.why = "unknown", f"{profile} does not validate, so currency cannot be told"
-    elif not tags:
+    elif not tags and not attrs.get("RepoDigests"):
+        # A pulled or pushed image keeps its registry digest without a tag: that is not a leftover.
         row.state, row.why = "untagged", "a leftover: its smoke test failed, or a rebuild replaced it"
     else:
         mismatches = compare(target, labels)

@@ -107,3 +107,10 @@ def test_dry_run_without_prune_is_a_usage_error(cli: Callable[..., Result]) -> N
 def test_one_repository_cloned_over_https_or_ssh_is_one_project(a: str, b: str, same: bool) -> None:
     # CI builds from an https clone, a developer pulls into an ssh clone: `images` and `status` must agree.
     assert images.same_source(a, b) is same
+
+
+def test_an_image_pulled_by_digest_is_judged_by_its_labels_not_as_a_leftover() -> None:
+    pulled = {**_attrs([]), "RepoDigests": ["localhost:5000/envs@sha256:" + "d" * 64]}
+    assert (_row(pulled).state, _row(pulled).keep) == ("current", True)
+    old = {**_attrs([], lock="b" * 64), "RepoDigests": ["localhost:5000/envs@sha256:" + "d" * 64]}
+    assert (_row(old).state, _row(old).keep) == ("stale", False)
