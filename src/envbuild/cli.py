@@ -839,6 +839,9 @@ def pull(
     name: str,
     registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to pull from.")] = None,
     digest: Annotated[str | None, typer.Option(help="Pull by digest (sha256:...) instead of the moving tag.")] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", help="Local repository to tag it in (default: envbuild.toml's).")
+    ] = None,
     verify: Annotated[
         bool, typer.Option("--verify", help="Fail when the image differs from the local lockfile.")
     ] = False,
@@ -850,7 +853,13 @@ def pull(
 
     proj = _project(project)
     res = publish.pull(
-        proj, _load(proj, name), registry=registry, digest=digest, verify=verify, events=_step_printer(as_json)
+        proj,
+        _load(proj, name),
+        registry=registry,
+        repo=tag,
+        digest=digest,
+        verify=verify,
+        events=_step_printer(as_json),
     )
     ns = "io.envbuild"
     facts = {
@@ -864,6 +873,7 @@ def pull(
         "created": res.labels.get("org.opencontainers.image.created"),
         "smoke": res.labels.get(f"{ns}.smoke", "not tested"),
         "mismatches": res.mismatches,
+        "tags": res.tags,
     }
     if as_json:
         output.emit_json(facts)
@@ -877,6 +887,8 @@ def pull(
         + f"Python {facts['python']}, "
         f"created {facts['created']}, smoke {facts['smoke']}"
     )
+    for t in res.tags:
+        con.print(f"  tagged {t}")
     for m in res.mismatches:
         output.err().print(f"warning: {m} (use --verify to make this an error)", markup=False)
 

@@ -163,6 +163,7 @@ class PullResult:
     digest: str
     labels: dict[str, str]
     mismatches: list[str]
+    tags: list[str]  # the local tags it now carries, as build would have named it
 
 
 def pull(
@@ -170,6 +171,7 @@ def pull(
     prof: Profile,
     *,
     registry: str | None,
+    repo: str | None = None,
     digest: str | None = None,
     verify: bool = False,
     events: Events | None = None,
@@ -204,7 +206,15 @@ def pull(
             f"{ref} does not match the local profile and lockfile:\n  " + "\n  ".join(mismatches),
             hint=f"pull the image built from this lockfile, or re-lock and rebuild {prof.name}",
         )
-    return PullResult(ref, image.id, pulled_digest, labels, mismatches)
+    # Tagged as a local build would be, so `envbuild run NAME`, `smoke NAME` and `status` find what
+    # was just pulled: they look under the local repository, not under the registry's name.
+    lock_sha = labels.get(f"{build_mod.LABEL_NS}.lock-sha256", "")
+    moving, immutable = build_mod.tags_for(repo or project.config.repository, prof, lock_sha)
+    local = [immutable, moving] if len(lock_sha) == 64 else [moving]
+    for local_ref in local:  # the moving tag last, as build does
+        name, tag = local_ref.rsplit(":", 1)
+        image.tag(name, tag=tag)
+    return PullResult(ref, image.id, pulled_digest, labels, mismatches, local[::-1])
 
 
 def compare(project: Project, prof: Profile, labels: dict[str, str]) -> list[str]:

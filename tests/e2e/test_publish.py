@@ -46,13 +46,19 @@ def test_round_trip_push_delete_pull(
     with pytest.raises(docker.errors.ImageNotFound):  # really gone from the engine
         docker_client.images.get(image_id)
     try:
-        res = envbuild("pull", "cpu-py311", "--registry", target, "--verify", "--json", cwd=e2e_project)
+        res = envbuild(
+            "pull", "cpu-py311", "--registry", target, "--tag", repo_name, "--verify", "--json", cwd=e2e_project
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         pulled = json.loads(res.stdout)
         assert pulled["digest"] == pushed["digest"]
         assert pulled["image_id"] == image_id
         assert pulled["torch"] == "2.13.0" and pulled["python"] == "3.11" and pulled["smoke"] == "passed"
         assert pulled["mismatches"] == []
+        # Tagged where build would have put it, so `run`, `smoke` and `status` find what was pulled.
+        lock_sha = built_cpu["labels"]["io.envbuild.lock-sha256"]
+        assert pulled["tags"] == [f"{repo_name}:cpu-py311", f"{repo_name}:cpu-py311-{lock_sha[:12]}"]
+        assert docker_client.images.get(f"{repo_name}:cpu-py311").id == image_id
     finally:
         img = docker_client.images.get(f"{target}:cpu-py311")
         for tag in kept:
@@ -72,11 +78,11 @@ def test_pull_verify_rejects_a_tampered_lock_label(
     try:
         res = envbuild("push", "cpu-py311", "--tag", repo, "--registry", target, cwd=e2e_project)
         assert res.returncode == 0, res.stderr[-2000:]
-        res = envbuild("pull", "cpu-py311", "--registry", target, "--verify", cwd=e2e_project)
+        res = envbuild("pull", "cpu-py311", "--registry", target, "--tag", repo, "--verify", cwd=e2e_project)
         assert res.returncode == 9
         local = built_cpu["labels"]["io.envbuild.lock-sha256"]
         assert f"lockfile sha256: image has {fake}, local has {local}" in res.stderr
-        res = envbuild("pull", "cpu-py311", "--registry", target, cwd=e2e_project)
+        res = envbuild("pull", "cpu-py311", "--registry", target, "--tag", repo, cwd=e2e_project)
         assert res.returncode == 0 and "warning: lockfile sha256" in res.stderr
     finally:
         for ref in (f"{repo}:cpu-py311", f"{target}:cpu-py311"):
@@ -266,7 +272,15 @@ def test_a_registry_that_needs_login(
         pushed = json.loads(res.stdout)
         docker_client.images.remove(f"{target}:cpu-py311", noprune=True)
         res = envbuild(
-            "pull", "cpu-py311", "--registry", target, "--json", cwd=e2e_project, env={"DOCKER_CONFIG": str(right)}
+            "pull",
+            "cpu-py311",
+            "--registry",
+            target,
+            "--tag",
+            repo,
+            "--json",
+            cwd=e2e_project,
+            env={"DOCKER_CONFIG": str(right)},
         )
         assert res.returncode == 0, res.stderr[-2000:]
         assert json.loads(res.stdout)["digest"] == pushed["digest"]
