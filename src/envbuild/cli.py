@@ -32,6 +32,7 @@ ProjectOpt = Annotated[
         help="Project folder (profiles/, lockfiles/, envbuild.toml).",
     ),
 ]
+ProfilesArg = Annotated[list[str] | None, typer.Argument(help="Profiles to look at (default: all).")]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Machine-readable output on stdout.", callback=output.json_requested)
 ]
@@ -899,7 +900,7 @@ def _size(n: int) -> str:
 
 @app.command()
 def images(
-    names: Annotated[list[str] | None, typer.Argument(help="Profiles to look at (default: all).")] = None,
+    names: ProfilesArg = None,
     prune: Annotated[
         bool, typer.Option("--prune", help="Remove stale and leftover images (never current, tagged NAME, or in use).")
     ] = False,
@@ -980,7 +981,7 @@ def images(
 
 @app.command()
 def status(
-    names: Annotated[list[str] | None, typer.Argument(help="Profiles to look at (default: all).")] = None,
+    names: ProfilesArg = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -121,10 +121,12 @@ def classify(
     return row
 
 
-def load_all(project: Project) -> dict[str, Profile | ProfileError]:
-    """Every profile of the project, validated; an invalid one as its error."""
+def load_all(project: Project, names: list[str] | None = None) -> dict[str, Profile | ProfileError]:
+    """The project's profiles (or those of `names` that exist), validated; an invalid one as its error."""
     out: dict[str, Profile | ProfileError] = {}
     for name in project.profile_names():
+        if names and name not in names:
+            continue
         path = project.profile_path(name)
         try:
             out[name] = load_valid(path, project.rel(path))
@@ -139,7 +141,9 @@ def survey(
     """The project's envbuild images, newest first, each classified."""
     cli = engine.client()
     source = build_mod.project_source(project)
-    expected = load_all(project) if expected is None else expected
+    expected = load_all(project, names) if expected is None else expected
+    # The local lockfile's hash, once per profile rather than once per image.
+    facts = {n: publish.local_facts(project, p) for n, p in expected.items() if isinstance(p, Profile)}
     users: dict[str, list[str]] = {}
     for c in cli.api.containers(all=True):
         users.setdefault(str(c.get("ImageID", "")), []).append(str((c.get("Names") or ["?"])[0]).lstrip("/"))
@@ -153,7 +157,9 @@ def survey(
         if names and labels.get(f"{NS}.profile") not in names:
             continue
         attrs = cli.api.inspect_image(image_id)
-        rows.append(classify(image_id, attrs, expected, lambda p, lb: publish.compare(project, p, lb), users, busy))
+        rows.append(
+            classify(image_id, attrs, expected, lambda p, lb: publish.mismatches(facts[p.name], lb), users, busy)
+        )
     rows.sort(key=lambda r: r.created, reverse=True)
     rows.sort(key=lambda r: r.profile)  # stable: by profile, newest first within one
     return cli, Survey(rows)

@@ -120,8 +120,8 @@ def lock_dir(project: Project, name: str) -> Path:
     return project.lockfiles_dir / name
 
 
-def stale_reason(project: Project, prof: Profile, platforms: Sequence[str] | None = None) -> str | None:
-    """Why the profile's lockfiles are not usable as they are, or None when they are fresh."""
+def _staleness(project: Project, prof: Profile, platforms: Sequence[str] | None = None) -> tuple[str, str] | None:
+    """("missing" | "stale", why) when the profile's lockfiles are not usable as they are; None when fresh."""
     directory = lock_dir(project, prof.name)
     digest = digest_of(prof, project.templates_dir)
     for platform in platforms or prof.platforms:
@@ -130,24 +130,27 @@ def stale_reason(project: Project, prof: Profile, platforms: Sequence[str] | Non
         for name in names:
             path = directory / name
             if not path.is_file():
-                return f"{project.rel(path)} is missing"
+                return "missing", f"{project.rel(path)} is missing"
             found = lockfile.read_digest(path)
             if found is None:
-                return f"{project.rel(path)} has no envbuild header"
+                return "stale", f"{project.rel(path)} has no envbuild header"
             if found != digest:
-                return f"{project.rel(path)} was locked from other inputs (the profile changed)"
+                return "stale", f"{project.rel(path)} was locked from other inputs (the profile changed)"
             resolutions.add(lockfile.read_resolution(path))
         if len(resolutions) > 1:
-            return f"{' and '.join(names)} disagree (an interrupted lock?)"
+            return "stale", f"{' and '.join(names)} disagree (an interrupted lock?)"
     return None
+
+
+def stale_reason(project: Project, prof: Profile, platforms: Sequence[str] | None = None) -> str | None:
+    """Why the profile's lockfiles are not usable as they are, or None when they are fresh."""
+    found = _staleness(project, prof, platforms)
+    return found[1] if found else None
 
 
 def lock_state(project: Project, prof: Profile) -> tuple[str, str]:
     """("fresh" | "missing" | "stale", why) for `envbuild status`."""
-    reason = stale_reason(project, prof)
-    if reason is None:
-        return "fresh", ""
-    return ("missing" if reason.endswith(" is missing") else "stale"), reason
+    return _staleness(project, prof) or ("fresh", "")
 
 
 def check(project: Project, names: Sequence[str]) -> list[StaleLock]:

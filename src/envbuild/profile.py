@@ -105,10 +105,6 @@ class _Pattern:
         return out
 
 
-def _pattern(regex: re.Pattern[str], what: str, example: str) -> _Pattern:
-    return _Pattern(regex, what, example)
-
-
 def _requirement(value: str) -> str:
     _single_line(value)
     try:
@@ -162,7 +158,7 @@ def _schema(**keywords: Any) -> _Schema:
 Text = Annotated[str, AfterValidator(_single_line), _schema(maxLength=MAX_TEXT)]
 VersionOrAuto = Annotated[str, AfterValidator(_version_or_auto), _schema(pattern=r"^(\d+\.\d+\.\d+|auto)$")]
 EnvVars = Annotated[dict[str, str], AfterValidator(_env), _schema(propertyNames={"pattern": ENV_KEY_RE.pattern})]
-Url = Annotated[str, _pattern(URL_RE, "an http(s):// or file:// URL", '"https://pypi.example/simple"')]
+Url = Annotated[str, _Pattern(URL_RE, "an http(s):// or file:// URL", '"https://pypi.example/simple"')]
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 MATCH_SPEC_RE = re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$")
 REGISTRY_RE = re.compile(rf"^{_DOMAIN}(?:/{_COMP})*$")
@@ -183,31 +179,31 @@ class Profile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    name: Annotated[str, _pattern(NAME_RE, "a profile name", '"cu121-py311" or "cpu-py312-dev"')] = _doc(
+    name: Annotated[str, _Pattern(NAME_RE, "a profile name", '"cu121-py311" or "cpu-py312-dev"')] = _doc(
         "Equals the file's stem: <cpu|cuXYZ|rocmXY[Z]>-py<XY>[-suffix], e.g. cu121-py311.", _REQUIRED
     )
     extends: str | None = _doc("Another file in the same folder (without .yaml) that this one is deep-merged over.")
     description: Text = _doc("One line for people; shown by `envbuild list`.", default="")
     accelerator: Literal["cuda", "rocm", "cpu"] = _doc("The torch build: cuda, rocm or cpu.", _REQUIRED)
-    cuda: Annotated[str, _pattern(CUDA_RE, "a CUDA version", '"12.1"')] | None = _doc(
+    cuda: Annotated[str, _Pattern(CUDA_RE, "a CUDA version", '"12.1"')] | None = _doc(
         'CUDA version of the torch build, quoted ("12.1"); required with accelerator: cuda, forbidden otherwise.'
     )
-    rocm: Annotated[str, _pattern(ROCM_RE, "a ROCm version", '"6.1" or "6.2.4"')] | None = _doc(
+    rocm: Annotated[str, _Pattern(ROCM_RE, "a ROCm version", '"6.1" or "6.2.4"')] | None = _doc(
         'ROCm version of the torch build, quoted ("6.1"); required with accelerator: rocm, forbidden otherwise.'
     )
-    python: Annotated[str, _pattern(PYTHON_RE, "a Python version", '"3.11"')] = _doc(
+    python: Annotated[str, _Pattern(PYTHON_RE, "a Python version", '"3.11"')] = _doc(
         "Python minor version, quoted: YAML reads 3.10 as 3.1.", _REQUIRED
     )
-    torch: Annotated[str, _pattern(RELEASE_RE, "an exact torch release", '"2.3.1"')] = _doc(
+    torch: Annotated[str, _Pattern(RELEASE_RE, "an exact torch release", '"2.3.1"')] = _doc(
         'An exact torch release, quoted ("2.3.1").', _REQUIRED
     )
     torchvision: VersionOrAuto | None = _doc('An exact release, or "auto" for the one that matches torch.')
     torchaudio: VersionOrAuto | None = _doc('An exact release, or "auto" for the one that matches torch.')
-    numpy: Annotated[str, _pattern(RELEASE_RE, "an exact numpy release", '"1.26.4"')] = _doc(
+    numpy: Annotated[str, _Pattern(RELEASE_RE, "an exact numpy release", '"1.26.4"')] = _doc(
         'An exact numpy release, quoted ("1.26.4"); numpy 2 needs torch >= 2.3.', _REQUIRED
     )
     flavor: Literal["venv", "conda"] = _doc("venv (uv lockfiles) or conda (conda-lock format).", default="venv")
-    base: Annotated[str, _pattern(IMAGE_RE, "an image reference", '"ubuntu:22.04@sha256:<64 hex>"')] | None = _doc(
+    base: Annotated[str, _Pattern(IMAGE_RE, "an image reference", '"ubuntu:22.04@sha256:<64 hex>"')] | None = _doc(
         "Base image instead of the compat data's default; pin it by digest."
     )
     packages: list[Annotated[str, AfterValidator(_requirement)]] = _doc(
@@ -215,7 +211,7 @@ class Profile(BaseModel):
         "fields).",
         default_factory=list,
     )
-    apt: list[Annotated[str, _pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')]] = _doc(
+    apt: list[Annotated[str, _Pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')]] = _doc(
         'OS packages for the image, optionally pinned: "git=1:2.39.5-0+deb12u1".', default_factory=list
     )
     env: EnvVars = _doc('Environment variables of the image; values are strings ("8", not 8).', default_factory=dict)
@@ -225,13 +221,13 @@ class Profile(BaseModel):
     find_links: list[Text] = _doc(
         "Local wheelhouses; $VARS expand, relative paths are from the project.", default_factory=list
     )
-    channels: list[Annotated[str, _pattern(CHANNEL_RE, "a conda channel", '"conda-forge"')]] = _doc(
+    channels: list[Annotated[str, _Pattern(CHANNEL_RE, "a conda channel", '"conda-forge"')]] = _doc(
         "Conda channels, in priority order (conda flavor).", default_factory=lambda: ["conda-forge"]
     )
-    conda_packages: list[Annotated[str, _pattern(MATCH_SPEC_RE, "a conda match spec", '"libjpeg-turbo=3.0"')]] = _doc(
+    conda_packages: list[Annotated[str, _Pattern(MATCH_SPEC_RE, "a conda match spec", '"libjpeg-turbo=3.0"')]] = _doc(
         "Extra conda match specs (conda flavor).", default_factory=list
     )
-    registry: Annotated[str, _pattern(REGISTRY_RE, "a registry path", '"ghcr.io/acme/envs"')] | None = _doc(
+    registry: Annotated[str, _Pattern(REGISTRY_RE, "a registry path", '"ghcr.io/acme/envs"')] | None = _doc(
         "Where push and pull go: HOST[:PORT]/PATH."
     )
 

@@ -217,18 +217,27 @@ def pull(
     return PullResult(ref, image.id, pulled_digest, labels, mismatches, local[::-1])
 
 
-def compare(project: Project, prof: Profile, labels: dict[str, str]) -> list[str]:
-    """Differences between an image's labels and the local profile and lockfile, naming both values."""
+def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
+    """(what, label, local value) that an image built from this checkout carries."""
     ns = build_mod.LABEL_NS
-    out = []
-    lock_dir = lock.lock_dir(project, prof.name)
-    lock_path = lock_dir / lockfile.lock_names("x86_64", prof.flavor)[0]
+    lock_path = lock.lock_dir(project, prof.name) / lockfile.lock_names("x86_64", prof.flavor)[0]
     local_lock = sha256_file(lock_path) if lock_path.is_file() else "(no local lockfile)"
-    pairs = [
-        ("lockfile sha256", labels.get(f"{ns}.lock-sha256", "(none)"), local_lock),
-        ("profile digest", labels.get(f"{ns}.profile-digest", "(none)"), prof.digest()),
+    return [
+        ("lockfile sha256", f"{ns}.lock-sha256", local_lock),
+        ("profile digest", f"{ns}.profile-digest", prof.digest()),
     ]
-    for what, image_value, local_value in pairs:
+
+
+def mismatches(facts: list[tuple[str, str, str]], labels: dict[str, str]) -> list[str]:
+    """Differences between an image's labels and `local_facts`, naming both values."""
+    out = []
+    for what, label, local_value in facts:
+        image_value = labels.get(label, "(none)")
         if image_value != local_value:
             out.append(f"{what}: image has {image_value}, local has {local_value}")
     return out
+
+
+def compare(project: Project, prof: Profile, labels: dict[str, str]) -> list[str]:
+    """Differences between an image's labels and the local profile and lockfile, naming both values."""
+    return mismatches(local_facts(project, prof), labels)

@@ -43,7 +43,7 @@ def _image(rows: list[images.ImageRow], name: str) -> tuple[str, str]:
 
 def status(project: Project, names: list[str] | None = None) -> tuple[list[ProfileStatus], str]:
     """Each profile's status, and a note when the engine could not be asked."""
-    expected = images.load_all(project)
+    expected = images.load_all(project, names)
     chosen = names or sorted(expected)
     note = ""
     rows: list[images.ImageRow] | None

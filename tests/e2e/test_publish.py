@@ -257,31 +257,16 @@ def test_a_registry_that_needs_login(
         assert res.returncode == 10, res.stderr[-2000:]
         assert "the registry answered: unauthorized: authentication required" in res.stderr
         assert f"fix: log in to {login_registry}: `docker login {login_registry}`" in res.stderr
-        res = envbuild(
-            "push",
-            "cpu-py311",
-            "--tag",
-            repo,
-            "--registry",
-            target,
-            "--json",
-            cwd=e2e_project,
-            env={"DOCKER_CONFIG": str(right)},
-        )
+
+        def as_logged_in(verb: str) -> subprocess.CompletedProcess[str]:
+            args = (verb, "cpu-py311", "--registry", target, "--tag", repo, "--json")
+            return envbuild(*args, cwd=e2e_project, env={"DOCKER_CONFIG": str(right)})
+
+        res = as_logged_in("push")
         assert res.returncode == 0, res.stderr[-2000:]
         pushed = json.loads(res.stdout)
         docker_client.images.remove(f"{target}:cpu-py311", noprune=True)
-        res = envbuild(
-            "pull",
-            "cpu-py311",
-            "--registry",
-            target,
-            "--tag",
-            repo,
-            "--json",
-            cwd=e2e_project,
-            env={"DOCKER_CONFIG": str(right)},
-        )
+        res = as_logged_in("pull")
         assert res.returncode == 0, res.stderr[-2000:]
         assert json.loads(res.stdout)["digest"] == pushed["digest"]
     finally:
