@@ -67,6 +67,7 @@ class BuildResult:
     context: str = ""
     built_image_id: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 def repository(project: Project, opts: BuildOptions) -> str:
@@ -516,6 +517,11 @@ def _build(project: Project, prof: Profile, opts: BuildOptions, say: Events) -> 
     say("phase", "context", "assembling the build context")
     ctx, _, facts = prepare_context(project, prof, opts)
     cli = engine.client()
+    # Said before anything is downloaded: a full disk otherwise shows only minutes later, mid-layer.
+    disk_note = engine.disk_note(*engine.disk(cli.info()), prof.accelerator)
+    warnings = [disk_note] if disk_note else []
+    for text in warnings:
+        say("warning", "disk", text)
     say("phase", "base", facts["base"])
     engine.ensure_image(cli, facts["base"], pull=opts.pull, events=say)
     buildargs: dict[str, str] = {}
@@ -580,6 +586,7 @@ def _build(project: Project, prof: Profile, opts: BuildOptions, say: Events) -> 
         context=str(ctx),
         built_image_id=built,
         timings=timings,
+        warnings=warnings,
     )
     record = {k: v for k, v in asdict(result).items() if k != "smoke"}
     atomic_write_many({build_dir(project, prof) / "result.json": json.dumps(record, indent=2, sort_keys=True) + "\n"})

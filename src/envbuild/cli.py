@@ -603,6 +603,8 @@ def _step_printer(as_json: bool) -> Any:
             console.print(f"[{elapsed:6.1f}s] step {key}: {text}", markup=False, highlight=False)
         elif kind == "phase":
             console.print(f"[{elapsed:6.1f}s] {key}: {text}", markup=False, highlight=False)
+        elif kind == "warning":
+            console.print(f"[{elapsed:6.1f}s] warning: {text}", style="yellow", markup=False, highlight=False)
         elif kind == "pull" and elapsed - last_pull[0] > 2:
             last_pull[0] = elapsed
             console.print(f"[{elapsed:6.1f}s] pulling {key} {text}", markup=False, highlight=False)

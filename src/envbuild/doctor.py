@@ -66,31 +66,6 @@ def _nvidia_smi() -> tuple[str | None, list[Gpu], str | None]:
     return driver, gpus, cuda
 
 
-# A CUDA image is ~6 GB (cu121-py311: 5.65 GB), and its build holds the environment twice (builder
-# stage and image) plus pip's downloads while it runs.
-LOW_DISK = 15 * 10**9
-
-
-def _free_bytes(root: str | None) -> int | None:
-    """Free space where a local engine keeps its layers; None when it is elsewhere or unreadable."""
-    if not root:
-        return None
-    try:
-        st = os.statvfs(root)
-    except OSError:
-        return None
-    return st.f_frsize * st.f_bavail
-
-
-def disk_note(free: int | None, root: str | None) -> str | None:
-    if free is None or free >= LOW_DISK:
-        return None
-    return (
-        f"the engine's disk has {free / 1e9:.1f} GB free ({root}): a CUDA build needs about {LOW_DISK // 10**9} GB "
-        "(envbuild images --prune, docker builder prune and docker image prune free space)"
-    )
-
-
 def inspect_host() -> HostReport:
     report = HostReport()
     try:
@@ -107,10 +82,10 @@ def inspect_host() -> HostReport:
             "runtimes": sorted((info.get("Runtimes") or {}).keys()),
         }
         report.nvidia_runtime = "nvidia" in report.engine["runtimes"] or bool(shutil.which("nvidia-container-runtime"))
-        root = info.get("DockerRootDir")
+        root, free = engine.disk(info)
         report.engine["data_root"] = root
-        report.engine["free_bytes"] = _free_bytes(root) if report.engine["url"].startswith("unix://") else None
-        note = disk_note(report.engine["free_bytes"], root)
+        report.engine["free_bytes"] = free
+        note = engine.disk_note(root, free)
         if note:
             report.notes.append(note)
     except EngineUnavailable as exc:

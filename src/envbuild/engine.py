@@ -129,3 +129,34 @@ def local_image(cli: Any, ref: str, profile: str = "NAME") -> Any:
 
 def labels_of(cli: Any, ref: str) -> dict[str, str]:
     return dict(local_image(cli, ref).labels or {})
+
+
+# Room a cold build needs on the engine's disk: the builder stage and the image each hold the
+# environment (cu121-py311's image is 5.65 GB, cpu-py311's 1.2 GB), plus pip's downloads. ROCm's
+# wheels unpack to several times CUDA's.
+BUILD_ROOM = {"cpu": 4 * 10**9, "cuda": 15 * 10**9, "rocm": 40 * 10**9}
+
+
+def disk(info: dict[str, Any]) -> tuple[str | None, int | None]:
+    """(data root, free bytes) of the engine from its `info()`; free is None for an engine on another
+    machine (its disk is not this one's to read) or an unreadable root."""
+    root = info.get("DockerRootDir")
+    if not root or not engine_url()[0].startswith("unix://"):
+        return root, None
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return root, None
+    return root, st.f_frsize * st.f_bavail
+
+
+def disk_note(root: str | None, free: int | None, accelerator: str = "cuda") -> str | None:
+    """A warning when the engine's disk has less room than a cold build of `accelerator` needs."""
+    need = BUILD_ROOM[accelerator]
+    if free is None or free >= need:
+        return None
+    what = "a CPU build" if accelerator == "cpu" else f"a {'CUDA' if accelerator == 'cuda' else 'ROCm'} build"
+    return (
+        f"the engine's disk has {free / 1e9:.1f} GB free ({root}): {what} needs about {need // 10**9} GB "
+        "when little is cached (envbuild images --prune, docker builder prune and docker image prune free space)"
+    )

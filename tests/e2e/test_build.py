@@ -112,6 +112,20 @@ def test_no_downloaded_debs_beyond_what_the_base_had(docker_client: Any, built_c
     assert in_image <= in_base, sorted(in_image - in_base)[:5]
 
 
+def test_torch_ships_without_its_cpp_test_executables_but_with_its_headers(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """torch/test (PyTorch's gtest binaries, ~85 MB, pytorch/pytorch#23776) does not ship; what a user
+    builds C++ extensions with does."""
+    probe = (
+        "import os, torch, torch.utils.cpp_extension as ext; "
+        "root = os.path.dirname(torch.__file__); "
+        "print(os.path.exists(os.path.join(root, 'test')), "
+        "all(os.path.isfile(os.path.join(d, 'torch', 'extension.h')) for d in ext.include_paths()[:1]))"
+    )
+    assert _run(docker_client, built_cpu["image_id"], "python", "-c", probe).split() == ["False", "True"]
+
+
 def test_unchanged_rebuild_is_fully_cached(built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
     res = envbuild(*local_build("cpu-py311", repo_name), "--json", "--no-smoke", cwd=e2e_project)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -62,12 +62,3 @@ def test_a_host_without_gpus_runs_only_cpu_profiles(project: Path) -> None:
 def test_rocm_host(project: Path) -> None:
     verdicts = _verdicts(project, doctor.HostReport(rocm_devices=["renderD128", "renderD129"]))
     assert verdicts["rocm63-py312"] == (True, "2 ROCm render node(s)")
-
-
-def test_a_nearly_full_engine_disk_is_a_note_with_the_way_out() -> None:
-    assert doctor.disk_note(40 * 10**9, "/var/lib/docker") is None
-    assert doctor.disk_note(None, None) is None  # a remote engine: its disk is not ours to read
-    note = doctor.disk_note(4_200_000_000, "/var/lib/docker")
-    assert note is not None
-    assert note.startswith("the engine's disk has 4.2 GB free (/var/lib/docker): a CUDA build needs about 15 GB")
-    assert "envbuild images --prune" in note
