@@ -209,6 +209,8 @@ def bench_build(runs: int) -> str:
     proj = project_copy(["cpu-py311"])
     repo = "envbuild-bench"
     common = ["--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", repo, "--json", "--no-smoke"]
+    # The last run's image belongs to a project folder that is gone: nothing else would remove it.
+    sh(["docker", "rmi", f"{repo}:cpu-py311-untested"], check=False)
     cold = timed(lambda: envbuild("build", "cpu-py311", "--no-cache", *common, cwd=proj))
     rebuild, _ = median_of(runs, lambda: envbuild("build", "cpu-py311", *common, cwd=proj))
     prof = proj / "profiles" / "cpu-py311.yaml"
@@ -228,6 +230,9 @@ def bench_build(runs: int) -> str:
     venv_bytes = int(sh(["docker", "run", "--rm", image, "du", "-sb", "/opt/venv"]).stdout.split()[0])
     floor = base_size + venv_bytes
     naive_t, naive_size = _naive_image(proj)
+    # Each `env` change left the image before it untagged (~1.1 GB apiece): envbuild's own prune
+    # takes them, the last build stays.
+    envbuild("images", "--prune", cwd=proj)
     gb = 1e9
     lines = [
         "## Build: cpu-py311 on a debootstrapped bookworm base (torch 2.13.0+cpu)",

@@ -258,8 +258,12 @@ def _git(project: Project, *args: str) -> str:
 
 
 def project_source(project: Project) -> str:
-    """The image source label: the git remote, else the folder. `envbuild images` tells projects apart by it."""
-    return _git(project, "config", "--get", "remote.origin.url") or f"file://{project.root}"
+    """The image source label: the git remote, else the folder. `envbuild images` tells projects apart by it.
+
+    Without credentials: CI clones over URLs with a job token in them (GitLab's
+    https://gitlab-ci-token:TOKEN@host/...), and a label travels with every pushed image."""
+    remote = _git(project, "config", "--get", "remote.origin.url")
+    return render.without_credentials(remote) if remote else f"file://{project.root}"
 
 
 def labels_for(project: Project, prof: Profile, facts: dict[str, Any]) -> dict[str, str]:

@@ -938,6 +938,11 @@ def images(
         con.print("no images of this project in the engine" + (f" for {', '.join(names)}" if names else ""))
         return
 
+    def _tags_cell(r: Any) -> str:
+        if r.stage == "builder":
+            return "(builder stage)"
+        return " ".join(t.rsplit(":", 1)[-1] for t in r.tags) or "-"
+
     def action(r: Any) -> str:
         if r.removed:
             return "removed"
@@ -953,7 +958,7 @@ def images(
                 [
                     r.profile,
                     r.image_id[7:19],
-                    " ".join(t.rsplit(":", 1)[-1] for t in r.tags) or "-",
+                    _tags_cell(r),
                     r.created[:16].replace("T", " "),
                     _size(r.size),
                     r.smoke,
@@ -963,7 +968,8 @@ def images(
                 for r in result.rows
             ],
             caption="stale: built from another lockfile or profile; untagged: a failed smoke test or a replaced "
-            "build. Sizes count shared layers in full. --json says why for each.",
+            "build; builder stage: a build's cache (the newest of today's lockfile stays). Sizes count shared layers "
+            "in full. --json says why for each.",
         ),
         markup=False,
     )

@@ -132,9 +132,10 @@ def labels_of(cli: Any, ref: str) -> dict[str, str]:
 
 
 # Room a cold build needs on the engine's disk: the builder stage and the image each hold the
-# environment (cu121-py311's image is 5.65 GB, cpu-py311's 1.2 GB), plus pip's downloads. ROCm's
+# environment (cu121-py311's image is 5.65 GB, cpu-py311's 1.1 GB), plus pip's downloads. ROCm's
 # wheels unpack to several times CUDA's.
 BUILD_ROOM = {"cpu": 4 * 10**9, "cuda": 15 * 10**9, "rocm": 40 * 10**9}
+_SPOKEN = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm"}
 
 
 def disk(info: dict[str, Any]) -> tuple[str | None, int | None]:
@@ -155,8 +156,8 @@ def disk_note(root: str | None, free: int | None, accelerator: str = "cuda") -> 
     need = BUILD_ROOM[accelerator]
     if free is None or free >= need:
         return None
-    what = "a CPU build" if accelerator == "cpu" else f"a {'CUDA' if accelerator == 'cuda' else 'ROCm'} build"
     return (
-        f"the engine's disk has {free / 1e9:.1f} GB free ({root}): {what} needs about {need // 10**9} GB "
+        f"the engine's disk has {free / 1e9:.1f} GB free ({root}): a {_SPOKEN[accelerator]} build needs about "
+        f"{need // 10**9} GB "
         "when little is cached (envbuild images --prune, docker builder prune and docker image prune free space)"
     )

@@ -1,10 +1,13 @@
 """`envbuild images`: this project's images in the engine, which ones are current, and pruning the rest.
 
-Every lock change leaves the previous image behind under its `NAME-<lock sha>` tag, and every
-failed smoke test leaves an untagged one; over months that is tens of GB per machine. An image
-belongs to the project when its source label is the project's. Pruning never touches an image
-a moving tag (`NAME`, `NAME-untested`) points to, the current one, one a container uses, or an
-untagged one while a build of its profile runs (the build tags its image last).
+Every lock change leaves the previous image behind under its `NAME-<lock sha>` tag, every
+failed smoke test leaves an untagged one, and the classic builder keeps each build's builder
+stage (the environment before it is copied out: 1.5 GB for CPU, ~6 GB for CUDA) untagged as its
+cache; over months that is tens of GB per machine. An image belongs to the project when its
+source label is the project's. Pruning never touches an image a moving tag (`NAME`,
+`NAME-untested`) points to, the current one, the newest build cache of the current lockfile,
+one a container uses, or an untagged one while a build of its profile runs (the build tags its
+image last).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ SOURCE_LABEL = "org.opencontainers.image.source"
 class ImageRow:
     image_id: str
     profile: str
+    stage: str  # runtime (the image) | builder (its build cache)
     tags: list[str]
     created: str
     size: int
@@ -77,20 +81,26 @@ def classify(
     expected: dict[str, Profile | ProfileError],
     compare: Callable[[Profile, dict[str, str]], list[str]],
     users: dict[str, list[str]],
+    *,
     building: frozenset[str] = frozenset(),
+    superseded: frozenset[str] = frozenset(),
 ) -> ImageRow:
-    """One image's state and whether pruning keeps it. Pure: everything it knows comes in."""
+    """One image's state and whether pruning keeps it. Pure: everything it knows comes in.
+
+    `superseded`: builder-stage images of the current lockfile that a newer build's replaced."""
     labels: dict[str, str] = dict((attrs.get("Config") or {}).get("Labels") or {})
     profile = labels.get(f"{NS}.profile", "?")
+    stage = labels.get(f"{NS}.stage", "runtime")
     tags = [t for t in attrs.get("RepoTags") or [] if t != "<none>:<none>"]
     row = ImageRow(
         image_id=image_id,
         profile=profile,
+        stage=stage,
         tags=sorted(tags),
         # The engine's build time: the created label is SOURCE_DATE_EPOCH, the lockfile's commit time.
         created=str(attrs.get("Created", ""))[:19],
         size=int(attrs.get("Size") or 0),
-        smoke="passed" if publish.smoke_passed(labels) else "untested",
+        smoke="-" if stage == "builder" else "passed" if publish.smoke_passed(labels) else "untested",
         state="",
         why="",
         keep=False,
@@ -101,6 +111,15 @@ def classify(
         row.state, row.why = "orphan", f"no profile {profile} in profiles/"
     elif isinstance(target, ProfileError):
         row.state, row.why = "unknown", f"{profile} does not validate, so currency cannot be told"
+    elif stage == "builder":
+        # Untagged by nature: what decides is whether the next build would start from it.
+        mismatches = compare(target, labels)
+        if mismatches:
+            row.state, row.why = "stale", f"build cache of another lockfile ({mismatches[0]})"
+        elif image_id in superseded:
+            row.state, row.why = "stale", "build cache of today's lockfile that a newer build replaced"
+        else:
+            row.state, row.why = "current", "build cache of today's lockfile: the next build starts from it"
     elif not tags and not attrs.get("RepoDigests"):
         # A pulled or pushed image keeps its registry digest without a tag: that is not a leftover.
         row.state, row.why = "untagged", "a leftover: its smoke test failed, or a rebuild replaced it"
@@ -148,21 +167,55 @@ def survey(
     for c in cli.api.containers(all=True):
         users.setdefault(str(c.get("ImageID", "")), []).append(str((c.get("Names") or ["?"])[0]).lstrip("/"))
     busy = frozenset(n for n in expected if build_mod.building(project, n))
-    rows: list[ImageRow] = []
-    for summary in cli.api.images(filters={"label": f"{NS}.profile"}):
-        image_id = str(summary["Id"])
-        labels = summary.get("Labels") or {}
-        if not same_source(labels.get(SOURCE_LABEL, ""), source):
-            continue
-        if names and labels.get(f"{NS}.profile") not in names:
-            continue
-        attrs = cli.api.inspect_image(image_id)
-        rows.append(
-            classify(image_id, attrs, expected, lambda p, lb: publish.mismatches(facts[p.name], lb), users, busy)
+    ours = [
+        s
+        for s in cli.api.images(filters={"label": f"{NS}.profile"})
+        if same_source((s.get("Labels") or {}).get(SOURCE_LABEL, ""), source)
+        and (not names or (s.get("Labels") or {}).get(f"{NS}.profile") in names)
+    ]
+
+    def compare(prof: Profile, labels: dict[str, str]) -> list[str]:
+        wanted = facts[prof.name]
+        if labels.get(f"{NS}.stage") == "builder":  # it carries only the lockfile's hash
+            wanted = [f for f in wanted if f[1] == f"{NS}.lock-sha256"]
+        return publish.mismatches(wanted, labels)
+
+    replaced = _superseded(ours, facts)
+    rows = [
+        classify(
+            str(s["Id"]),
+            cli.api.inspect_image(s["Id"]),
+            expected,
+            compare,
+            users,
+            building=busy,
+            superseded=replaced,
         )
+        for s in ours
+    ]
     rows.sort(key=lambda r: r.created, reverse=True)
     rows.sort(key=lambda r: r.profile)  # stable: by profile, newest first within one
     return cli, Survey(rows)
+
+
+def _superseded(summaries: list[dict[str, Any]], facts: dict[str, list[tuple[str, str, str]]]) -> frozenset[str]:
+    """Builder-stage images of a profile's current lockfile but the newest: a `--no-cache` build or
+    a new base leaves the one before unused, and only the newest is what the next build starts from."""
+    lock_label = f"{NS}.lock-sha256"
+    newest: set[str] = set()
+    out = set()
+    for s in sorted(summaries, key=lambda s: int(s.get("Created") or 0), reverse=True):
+        labels = s.get("Labels") or {}
+        profile = labels.get(f"{NS}.profile", "")
+        if labels.get(f"{NS}.stage") != "builder" or profile not in facts:
+            continue
+        current = dict((label, value) for _, label, value in facts[profile]).get(lock_label)
+        if labels.get(lock_label) != current:
+            continue
+        if profile in newest:
+            out.add(str(s["Id"]))
+        newest.add(profile)
+    return frozenset(out)
 
 
 def _layers_size(cli: Any) -> int:

@@ -97,6 +97,11 @@ def redact(text: str) -> str:
     return _CREDENTIALS.sub("***@", text)
 
 
+def without_credentials(url: str) -> str:
+    """A URL with its user:password@ part dropped, for a value that must stay a plain URL (a label)."""
+    return _CREDENTIALS.sub("", url)
+
+
 def _as_url(location: str) -> tuple[str, bool]:
     """A URL for an index or wheelhouse; local folders are flat (find-links style) indexes."""
     if location.startswith(("http://", "https://")):
@@ -145,6 +150,9 @@ def _env() -> Any:
     import jinja2  # heavy-ish; only commands that render pay for it
 
     return jinja2
+
+
+_BUILDER_LABEL_KEYS = frozenset({"io.envbuild.profile", "io.envbuild.lock-sha256", "org.opencontainers.image.source"})
 
 
 def context(
@@ -199,6 +207,10 @@ def context(
         "conda_packages": sorted(profile.conda_packages),
         "uid": 1000,
         "labels": sorted((labels or {}).items()),
+        # Only what stays put between commits (no created/revision): this LABEL step must stay cached.
+        "builder_labels": sorted(
+            [("io.envbuild.stage", "builder")] + [(k, v) for k, v in (labels or {}).items() if k in _BUILDER_LABEL_KEYS]
+        ),
     }
 
 

@@ -126,6 +126,17 @@ def test_torch_ships_without_its_cpp_test_executables_but_with_its_headers(
     assert _run(docker_client, built_cpu["image_id"], "python", "-c", probe).split() == ["False", "True"]
 
 
+def test_the_builder_stage_the_engine_keeps_as_cache_is_labelled_and_kept_by_prune(
+    built_cpu: dict[str, Any], e2e_project: Path
+) -> None:
+    listed = envbuild("images", "cpu-py311", "--prune", "--dry-run", "--json", cwd=e2e_project)
+    assert listed.returncode == 0, listed.stderr
+    caches = [r for r in json.loads(listed.stdout)["images"] if r["stage"] == "builder"]
+    assert caches, "the real build left no labelled builder-stage image"
+    newest = caches[0]  # newest first
+    assert (newest["state"], newest["keep"], newest["tags"]) == ("current", True, [])
+
+
 def test_unchanged_rebuild_is_fully_cached(built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
     res = envbuild(*local_build("cpu-py311", repo_name), "--json", "--no-smoke", cwd=e2e_project)
     assert res.returncode == 0, res.stderr[-3000:]

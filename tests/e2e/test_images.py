@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,41 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     again = envbuild("images", "--prune", cwd=proj)
     assert again.returncode == 0, again.stderr
     assert "removed 0 image(s)" in again.stdout
+
+
+def test_prune_keeps_the_newest_build_cache_of_todays_lockfile_and_takes_older_ones(
+    docker_client: Any, made: Made, tmp_path: Path
+) -> None:
+    """The classic builder leaves each build's builder stage untagged (1.5-6 GB): the newest one of the
+    current lockfile is what the next build starts from; the others are dead weight."""
+    proj = tmp_path / "proj"
+    for part in ("profiles", "lockfiles"):
+        shutil.copytree(REPO / part, proj / part)
+    lock_sha = fsutil.sha256_file(proj / "lockfiles" / "cpu-py311" / "requirements.lock")
+
+    def builder(sha: str, nonce: str) -> str:
+        labels = {
+            "io.envbuild.stage": "builder",
+            "io.envbuild.profile": "cpu-py311",
+            "io.envbuild.lock-sha256": sha,
+            "org.opencontainers.image.source": f"file://{proj}",
+            "e2e.nonce": nonce,  # otherwise the engine's cache hands back the same image
+        }
+        return made.image(labels, [])
+
+    replaced = builder(lock_sha, "1")
+    time.sleep(1.1)  # the engine's creation times are whole seconds
+    newest = builder(lock_sha, "2")
+    older_lock = builder("0" * 64, "3")
+
+    pruned = envbuild("images", "--prune", "--json", cwd=proj)
+    assert pruned.returncode == 0, pruned.stderr
+    rows = {r["image_id"]: r for r in json.loads(pruned.stdout)["images"]}
+    assert {i: (rows[i]["stage"], rows[i]["state"], rows[i]["removed"]) for i in (replaced, newest, older_lock)} == {
+        replaced: ("builder", "stale", True),
+        newest: ("builder", "current", False),
+        older_lock: ("builder", "stale", True),
+    }
+    assert rows[replaced]["why"] == "build cache of today's lockfile that a newer build replaced"
+    assert not _exists(docker_client, replaced) and not _exists(docker_client, older_lock)
+    assert _exists(docker_client, newest)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,3 +62,21 @@ def test_a_timeout_that_is_not_positive_is_refused_before_anything_runs(
     assert res.code == 2
     assert message in res.err
     assert not (engineless_project / ".envbuild").exists()
+
+
+def test_a_remote_with_a_ci_token_in_it_is_labelled_without_the_token(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    """GitLab CI clones over https://gitlab-ci-token:TOKEN@host/...: the source label goes into every
+    pushed image (both stages), so the token must not."""
+    subprocess.run(["git", "init", "-q"], cwd=engineless_project, check=True)
+    remote = "https://gitlab-ci-token:glcbt-s3cr3t@gitlab.example.com/ml/envs.git"
+    subprocess.run(["git", "remote", "add", "origin", remote], cwd=engineless_project, check=True)
+    res = cli("build", "cu121-py311", "--context-only", "--json")
+    assert res.code == 0, res.err
+    report = json.loads(res.out)
+    assert report["labels"]["org.opencontainers.image.source"] == "https://gitlab.example.com/ml/envs.git"
+    dockerfile = (Path(report["context"]) / "Dockerfile").read_text()
+    assert "s3cr3t" not in dockerfile
+    # Both stages carry it: the image and the builder stage the engine keeps as cache.
+    assert dockerfile.count('org.opencontainers.image.source="https://gitlab.example.com/ml/envs.git"') == 2

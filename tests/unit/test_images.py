@@ -64,13 +64,66 @@ def test_an_image_a_container_uses_is_kept_whatever_its_state() -> None:
 def test_an_untagged_image_is_left_alone_while_a_build_of_its_profile_runs() -> None:
     # The build's image is untagged from the end of `docker build` until the smoke test passed.
     busy = images.classify(
-        "sha256:" + "1" * 64, _attrs([], smoke=False), {"cu121-py311": PROF}, _compare, {}, frozenset({"cu121-py311"})
+        "sha256:" + "1" * 64,
+        _attrs([], smoke=False),
+        {"cu121-py311": PROF},
+        _compare,
+        {},
+        building=frozenset({"cu121-py311"}),
     )
     assert (busy.state, busy.keep, busy.reason) == (
         "untagged",
         True,
         "a build of cu121-py311 is running (its image is tagged last)",
     )
+
+
+def _builder(lock: str, superseded: frozenset[str] = frozenset()) -> images.ImageRow:
+    """A builder-stage image as the classic builder leaves it: untagged, with the stage's own labels."""
+    labels = {"io.envbuild.stage": "builder", "io.envbuild.profile": "cu121-py311", "io.envbuild.lock-sha256": lock}
+    attrs = {"RepoTags": [], "Created": "2026-11-30T01:02:03Z", "Size": 6 * 10**9, "Config": {"Labels": labels}}
+
+    def lock_only(prof: profile.Profile, found: dict[str, str]) -> list[str]:
+        key = "io.envbuild.lock-sha256"
+        return [] if found.get(key) == CURRENT[key] else [f"{key}: image has {found.get(key)}"]
+
+    return images.classify("sha256:" + "2" * 64, attrs, {"cu121-py311": PROF}, lock_only, {}, superseded=superseded)
+
+
+def test_the_build_cache_of_todays_lockfile_is_kept_though_untagged() -> None:
+    row = _builder("a" * 64)
+    assert (row.stage, row.state, row.keep, row.smoke, row.tags) == ("builder", "current", True, "-", [])
+    assert row.why == "build cache of today's lockfile: the next build starts from it"
+
+
+def test_a_build_cache_of_an_older_lockfile_or_replaced_by_a_newer_build_can_go() -> None:
+    older = _builder("b" * 64)
+    assert (older.state, older.keep) == ("stale", False)
+    assert older.why.startswith("build cache of another lockfile (io.envbuild.lock-sha256: image has bbbb")
+    replaced = _builder("a" * 64, superseded=frozenset({"sha256:" + "2" * 64}))
+    assert (replaced.state, replaced.keep) == ("stale", False)
+    assert replaced.why == "build cache of today's lockfile that a newer build replaced"
+
+
+def test_only_the_newest_build_cache_of_the_current_lockfile_is_the_one_a_build_starts_from() -> None:
+    facts = {"cu121-py311": [("lockfile sha256", "io.envbuild.lock-sha256", "a" * 64)]}
+
+    def summary(image_id: str, created: int, lock: str, stage: str = "builder") -> dict[str, Any]:
+        labels = {"io.envbuild.profile": "cu121-py311", "io.envbuild.lock-sha256": lock}
+        if stage:
+            labels["io.envbuild.stage"] = stage
+        return {"Id": image_id, "Created": created, "Labels": labels}
+
+    found = images._superseded(
+        [
+            summary("old-current", 100, "a" * 64),
+            summary("new-current", 300, "a" * 64),
+            summary("older-lock", 400, "b" * 64),  # newest of all, but another lockfile: not the cache in use
+            summary("final-image", 500, "a" * 64, stage=""),  # a runtime image is never "superseded"
+        ],
+        facts,
+    )
+    assert found == frozenset({"old-current"})
 
 
 def test_untagged_leftovers_and_images_of_deleted_profiles_can_go() -> None:
