@@ -87,7 +87,7 @@ def classify(
 ) -> ImageRow:
     """One image's state and whether pruning keeps it. Pure: everything it knows comes in.
 
-    `superseded`: builder-stage images of the current lockfile that a newer build's replaced."""
+    `superseded`: builder-stage images of the current lockfile that a newer build replaced."""
     labels: dict[str, str] = dict((attrs.get("Config") or {}).get("Labels") or {})
     profile = labels.get(f"{NS}.profile", "?")
     stage = labels.get(f"{NS}.stage", "runtime")
