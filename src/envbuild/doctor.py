@@ -82,12 +82,7 @@ def inspect_host() -> HostReport:
             "runtimes": sorted((info.get("Runtimes") or {}).keys()),
         }
         report.nvidia_runtime = "nvidia" in report.engine["runtimes"] or bool(shutil.which("nvidia-container-runtime"))
-        root, free = engine.disk(info)
-        report.engine["data_root"] = root
-        report.engine["free_bytes"] = free
-        note = engine.disk_note(root, free)
-        if note:
-            report.notes.append(note)
+        report.engine["data_root"], report.engine["free_bytes"] = engine.disk(info)
     except EngineUnavailable as exc:
         report.engine = {"reachable": False, "error": exc.message, "hint": exc.hint}
     driver, gpus, cuda = _nvidia_smi()
@@ -163,7 +158,20 @@ def _verdict(prof: Profile, report: HostReport) -> tuple[bool, str]:
     return True, note or f"{len(report.gpus)} GPU(s), driver {report.nvidia_driver or 'unknown'}"
 
 
+def disk_note(report: HostReport) -> str | None:
+    """A note when the engine's disk has less room than the project's heaviest build needs: a CPU-only
+    project is not told about CUDA's 15 GB, a ROCm one is told about its 40."""
+    from envbuild import engine
+
+    kinds = {str(p["accelerator"]) for p in report.profiles} or {"cuda"}
+    heaviest = max(kinds, key=lambda kind: engine.BUILD_ROOM[kind])
+    return engine.disk_note(report.engine.get("data_root"), report.engine.get("free_bytes"), heaviest)
+
+
 def doctor(project: Project) -> HostReport:
     report = inspect_host()
     report.profiles = verdicts(project, report)
+    note = disk_note(report)
+    if note:
+        report.notes.insert(0, note)
     return report

@@ -62,3 +62,16 @@ def test_a_host_without_gpus_runs_only_cpu_profiles(project: Path) -> None:
 def test_rocm_host(project: Path) -> None:
     verdicts = _verdicts(project, doctor.HostReport(rocm_devices=["renderD128", "renderD129"]))
     assert verdicts["rocm63-py312"] == (True, "2 ROCm render node(s)")
+
+
+def test_the_disk_note_is_sized_by_the_projects_heaviest_build() -> None:
+    engine_facts = {"reachable": True, "data_root": "/var/lib/docker", "free_bytes": 10 * 10**9}
+    cpu_only = doctor.HostReport(engine=engine_facts, profiles=[{"accelerator": "cpu"}])
+    assert doctor.disk_note(cpu_only) is None  # 10 GB is plenty for CPU builds
+    mixed = doctor.HostReport(engine=engine_facts, profiles=[{"accelerator": "cpu"}, {"accelerator": "cuda"}])
+    note = doctor.disk_note(mixed)
+    assert note is not None and "10.0 GB free (/var/lib/docker): a CUDA build needs about 15 GB" in note
+    rocm = doctor.HostReport(engine={**engine_facts, "free_bytes": 20 * 10**9}, profiles=[{"accelerator": "rocm"}])
+    assert "a ROCm build needs about 40 GB" in (doctor.disk_note(rocm) or "")
+    remote = doctor.HostReport(engine={"reachable": True, "data_root": "/x", "free_bytes": None})
+    assert doctor.disk_note(remote) is None  # an engine elsewhere: its disk is not this machine's to read
