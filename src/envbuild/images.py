@@ -2,9 +2,9 @@
 
 Every lock change leaves the previous image behind under its `NAME-<lock sha>` tag, every
 failed smoke test leaves an untagged one, and the classic builder keeps each build's builder
-stage (the environment before it is copied out: 1.5 GB for CPU, ~6 GB for CUDA) untagged as its
-cache; over months that is tens of GB per machine. An image belongs to the project when its
-source label is the project's. Pruning never touches an image a moving tag (`NAME`,
+stage untagged as its cache (the environment before it is copied out: 1.5 GB for cpu-py311, for
+CUDA about as much as its image); over months that is tens of GB per machine. An image belongs
+to the project when its source label is the project's. Pruning never touches an image a moving tag (`NAME`,
 `NAME-untested`) points to, the current one, the newest build cache of the current lockfile,
 one a container uses, or an untagged one while a build of its profile runs (the build tags its
 image last).
