@@ -351,8 +351,9 @@ def main() -> int:
     args = parser.parse_args()
     chosen = list(SECTIONS) if args.all or not args.sections else args.sections
     # Every scratch folder (projects, fresh uv and pip caches of ~0.7 GB each, build contexts)
-    # goes under one root, removed after a good run: a few runs used to leave tens of GB in /tmp
-    # and fill the disk the engine builds on. A failed run keeps it for its build logs.
+    # goes under one root, removed after a good run: every run used to leave its caches in /tmp
+    # (2 GB after a few runs here, on the disk the engine builds on). A failed run keeps it for
+    # its build logs.
     scratch = tempfile.mkdtemp(prefix="envbuild-bench-")
     tempfile.tempdir = scratch
     try:
