@@ -459,6 +459,10 @@ def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any]) -> str:
     return str(image.id)
 
 
+def _build_lock(project: Project, name: str) -> Path:
+    return project.build_dir / f".{name}.lock"
+
+
 @contextlib.contextmanager
 def exclusive(project: Project, name: str, say: Events) -> Iterator[None]:
     """One build of a profile at a time in a project: a second one would rewrite the context the
@@ -466,7 +470,7 @@ def exclusive(project: Project, name: str, say: Events) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
     project.build_dir.mkdir(parents=True, exist_ok=True)
-    guard = FileLock(str(project.build_dir / f".{name}.lock"))
+    guard = FileLock(str(_build_lock(project, name)))
     try:
         guard.acquire(timeout=0)
     except Timeout:
@@ -482,7 +486,7 @@ def building(project: Project, name: str) -> bool:
     """Whether a build of `name` holds its lock right now (in any process)."""
     from filelock import FileLock, Timeout
 
-    path = project.build_dir / f".{name}.lock"
+    path = _build_lock(project, name)
     if not path.exists():
         return False
     guard = FileLock(str(path))

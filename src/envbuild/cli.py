@@ -577,6 +577,13 @@ def venv(
 # ---- images ------------------------------------------------------------------------------------
 
 
+def _check_positive_seconds(option: str, value: float, example: int) -> None:
+    from envbuild.errors import UsageError
+
+    if value <= 0:
+        raise UsageError(f"{option} {value:g}: must be a positive number of seconds", hint=f"e.g. {option} {example}")
+
+
 def _check_image_ref(option: str, value: str | None) -> None:
     from envbuild.errors import UsageError
     from envbuild.profile import IMAGE_RE
@@ -669,6 +676,7 @@ def build(
     if builder not in {"docker", "buildkit"}:
         raise UsageError(f"--builder {builder}: unknown", hint="use docker or buildkit")
     _check_image_ref("--base", base)
+    _check_positive_seconds("--smoke-timeout", smoke_timeout, 900)
     proj = _project(project)
     path = proj.profile_path(name)
     prof = profile.load_valid(path, proj.rel(path))
@@ -686,10 +694,6 @@ def build(
         smoke_timeout=smoke_timeout,
         builder=builder,
     )
-    if smoke_timeout <= 0:
-        raise UsageError(
-            f"--smoke-timeout {smoke_timeout:g}: must be a positive number of seconds", hint="e.g. --smoke-timeout 900"
-        )
     if context_only:
         ctx = b.context_only(proj, prof, opts, _step_printer(as_json))
         if as_json:
@@ -751,10 +755,9 @@ def smoke(
     from envbuild import build as b
     from envbuild import engine, profile
     from envbuild.errors import SmokeFailed, UsageError
-
-    if timeout <= 0:
-        raise UsageError(f"--timeout {timeout:g}: must be a positive number of seconds", hint="e.g. --timeout 600")
     from envbuild.smoke import host
+
+    _check_positive_seconds("--timeout", timeout, 600)
 
     proj = _project(project)
     prof = None
@@ -938,7 +941,7 @@ def images(
         con.print("no images of this project in the engine" + (f" for {', '.join(names)}" if names else ""))
         return
 
-    def _tags_cell(r: Any) -> str:
+    def tags_cell(r: Any) -> str:
         if r.stage == "builder":
             return "(builder stage)"
         return " ".join(t.rsplit(":", 1)[-1] for t in r.tags) or "-"
@@ -958,7 +961,7 @@ def images(
                 [
                     r.profile,
                     r.image_id[7:19],
-                    _tags_cell(r),
+                    tags_cell(r),
                     r.created[:16].replace("T", " "),
                     _size(r.size),
                     r.smoke,

@@ -151,13 +151,13 @@ def disk(info: dict[str, Any]) -> tuple[str | None, int | None]:
     return root, st.f_frsize * st.f_bavail
 
 
-def disk_note(root: str | None, free: int | None, accelerator: str = "cuda") -> str | None:
+def disk_note(root: str | None, free: int | None, accelerator: str) -> str | None:
     """A warning when the engine's disk has less room than a cold build of `accelerator` needs."""
     need = BUILD_ROOM[accelerator]
     if free is None or free >= need:
         return None
     return (
-        f"the engine's disk has {free / 1e9:.1f} GB free ({root}): a {_SPOKEN[accelerator]} build needs about "
-        f"{need // 10**9} GB "
-        "when little is cached (envbuild images --prune, docker builder prune and docker image prune free space)"
+        f"the engine's disk has {free / 1e9:.1f} GB free ({root}): a {_SPOKEN[accelerator]} build needs "
+        f"about {need // 10**9} GB when little is cached "
+        "(envbuild images --prune, docker builder prune and docker image prune free space)"
     )

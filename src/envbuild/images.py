@@ -4,10 +4,10 @@ Every lock change leaves the previous image behind under its `NAME-<lock sha>` t
 failed smoke test leaves an untagged one, and the classic builder keeps each build's builder
 stage untagged as its cache (the environment before it is copied out: 1.5 GB for cpu-py311, for
 CUDA about as much as its image); over months that is tens of GB per machine. An image belongs
-to the project when its source label is the project's. Pruning never touches an image a moving tag (`NAME`,
-`NAME-untested`) points to, the current one, the newest build cache of the current lockfile,
-one a container uses, or an untagged one while a build of its profile runs (the build tags its
-image last).
+to the project when its source label is the project's. Pruning never touches an image a moving
+tag (`NAME`, `NAME-untested`) points to, the current one, the newest build cache of the current
+lockfile, one a container uses, or an untagged one while a build of its profile runs (the build
+tags its image last).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from envbuild.project import Project
 Events = Callable[[str, str, str], None]
 NS = build_mod.LABEL_NS
 SOURCE_LABEL = "org.opencontainers.image.source"
+LOCK_LABEL = f"{NS}.lock-sha256"
 
 
 @dataclass
@@ -35,7 +36,7 @@ class ImageRow:
     tags: list[str]
     created: str
     size: int
-    smoke: str  # passed | untested
+    smoke: str  # passed | untested | - (a build cache is not smoke-tested)
     state: str  # current | stale | orphan | untagged | unknown
     why: str  # what makes it that state, for people
     keep: bool
@@ -177,10 +178,10 @@ def survey(
     def compare(prof: Profile, labels: dict[str, str]) -> list[str]:
         wanted = facts[prof.name]
         if labels.get(f"{NS}.stage") == "builder":  # it carries only the lockfile's hash
-            wanted = [f for f in wanted if f[1] == f"{NS}.lock-sha256"]
+            wanted = [f for f in wanted if f[1] == LOCK_LABEL]
         return publish.mismatches(wanted, labels)
 
-    replaced = _superseded(ours, facts)
+    replaced = _superseded(ours, {n: v for n, f in facts.items() for _, label, v in f if label == LOCK_LABEL})
     rows = [
         classify(
             str(s["Id"]),
@@ -198,19 +199,18 @@ def survey(
     return cli, Survey(rows)
 
 
-def _superseded(summaries: list[dict[str, Any]], facts: dict[str, list[tuple[str, str, str]]]) -> frozenset[str]:
-    """Builder-stage images of a profile's current lockfile but the newest: a `--no-cache` build or
-    a new base leaves the one before unused, and only the newest is what the next build starts from."""
-    lock_label = f"{NS}.lock-sha256"
+def _superseded(summaries: list[dict[str, Any]], current_lock: dict[str, str]) -> frozenset[str]:
+    """Builder-stage images of a profile's current lockfile (`current_lock`: profile -> its sha256)
+    but the newest: a `--no-cache` build or a new base leaves the one before unused, and only the
+    newest is what the next build starts from."""
     newest: set[str] = set()
     out = set()
     for s in sorted(summaries, key=lambda s: int(s.get("Created") or 0), reverse=True):
         labels = s.get("Labels") or {}
         profile = labels.get(f"{NS}.profile", "")
-        if labels.get(f"{NS}.stage") != "builder" or profile not in facts:
+        if labels.get(f"{NS}.stage") != "builder" or profile not in current_lock:
             continue
-        current = dict((label, value) for _, label, value in facts[profile]).get(lock_label)
-        if labels.get(lock_label) != current:
+        if labels.get(LOCK_LABEL) != current_lock[profile]:
             continue
         if profile in newest:
             out.add(str(s["Id"]))

@@ -209,8 +209,10 @@ def context(
         "labels": sorted((labels or {}).items()),
         # Only what stays put between commits (no created/revision): this LABEL step must stay cached.
         "builder_labels": sorted(
-            [("io.envbuild.stage", "builder")] + [(k, v) for k, v in (labels or {}).items() if k in _BUILDER_LABEL_KEYS]
-        ),
+            [("io.envbuild.stage", "builder"), *((k, v) for k, v in labels.items() if k in _BUILDER_LABEL_KEYS)]
+        )
+        if labels
+        else [],
     }
 
 

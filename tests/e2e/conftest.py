@@ -41,6 +41,13 @@ def envbuild(
     )
 
 
+def at_once(cmds: list[list[str]], cwd: Path, timeout: float = 1200) -> list[tuple[int, str, str]]:
+    """Start every command before waiting for any: (exit code, stdout, stderr) of each, in order."""
+    procs = [subprocess.Popen(c, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Any:
     from envbuild import engine

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ..unit.test_hardening import record
-from .conftest import CA, local_build
+from .conftest import CA, at_once, local_build
 
 pytestmark = pytest.mark.e2e
 TOKEN = "S3CRET-envbuild-token-7f3a"  # noqa: S105 - a fake credential the test hunts for
@@ -42,19 +42,9 @@ def test_two_profiles_built_at_once(
 ) -> None:
     _variant(e2e_project, "cpu-py311-a", "a")
     _variant(e2e_project, "cpu-py311-b", "b")
-    procs = [
-        subprocess.Popen(
-            _build_cmd(n, repo_name, "--json"),
-            cwd=e2e_project,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in ("cpu-py311-a", "cpu-py311-b")
-    ]
-    outs = [p.communicate(timeout=1200) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    for name, (out, _) in zip(("cpu-py311-a", "cpu-py311-b"), outs, strict=True):
+    runs = at_once([_build_cmd(n, repo_name, "--json") for n in ("cpu-py311-a", "cpu-py311-b")], e2e_project)
+    assert [rc for rc, _, _ in runs] == [0, 0], [err[-2000:] for _, _, err in runs]
+    for name, (_, out, _) in zip(("cpu-py311-a", "cpu-py311-b"), runs, strict=True):
         result = json.loads(out)
         assert docker_client.images.get(f"{repo_name}:{name}").id == result["image_id"]
         env = docker_client.images.get(result["image_id"]).attrs["Config"]["Env"]
@@ -67,20 +57,10 @@ def test_two_builds_of_one_profile_take_turns(
 ) -> None:
     """Side by side they would rewrite each other's context mid-send; the second waits, says so, succeeds."""
     _variant(e2e_project, "cpu-py311-t", "turns")
-    procs = [
-        subprocess.Popen(
-            _build_cmd("cpu-py311-t", repo_name, "--no-smoke"),
-            cwd=e2e_project,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=1200) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    waited = [err for _, err in outs if "wait: another build of cpu-py311-t is running in this project" in err]
-    assert len(waited) == 1, [err[-1500:] for _, err in outs]
+    runs = at_once([_build_cmd("cpu-py311-t", repo_name, "--no-smoke")] * 2, e2e_project)
+    assert [rc for rc, _, _ in runs] == [0, 0], [err[-2000:] for _, _, err in runs]
+    waited = [err for _, _, err in runs if "wait: another build of cpu-py311-t is running in this project" in err]
+    assert len(waited) == 1, [err[-1500:] for _, _, err in runs]
     assert docker_client.images.get(f"{repo_name}:cpu-py311-t-untested")
 
 

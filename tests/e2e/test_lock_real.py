@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -19,15 +18,9 @@ from envbuild import lockfile
 
 from ..conftest import REPO
 from ..unit.test_hardening import record
+from .conftest import WHEELS, at_once, envbuild
 
 pytestmark = [pytest.mark.e2e, pytest.mark.network]
-WHEELS = os.environ.get("PIP_FIND_LINKS", "/opt/wheels")
-
-
-def envbuild(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "envbuild", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
-    )
 
 
 @pytest.fixture
@@ -150,19 +143,9 @@ def test_killed_lock_leaves_the_old_lockfile_intact(proj: Path) -> None:
 
 
 def test_two_locks_of_one_profile_at_once(proj: Path) -> None:
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "envbuild", "lock", "cpu-py311", "--find-links", WHEELS],
-            cwd=proj,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    results = [p.communicate(timeout=600) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], results
-    states = " ".join(err for _, err in results)
+    runs = at_once([[sys.executable, "-m", "envbuild", "lock", "cpu-py311", "--find-links", WHEELS]] * 2, proj, 600)
+    assert [rc for rc, _, _ in runs] == [0, 0], runs
+    states = " ".join(err for _, _, err in runs)
     assert "locked" in states and "fresh" in states  # the second waited, then found it fresh
     assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
     record("concurrent_locks", locks=2, failures=0, result="one lock resolved, the other waited and found it fresh")

@@ -106,7 +106,7 @@ def test_a_build_cache_of_an_older_lockfile_or_replaced_by_a_newer_build_can_go(
 
 
 def test_only_the_newest_build_cache_of_the_current_lockfile_is_the_one_a_build_starts_from() -> None:
-    facts = {"cu121-py311": [("lockfile sha256", "io.envbuild.lock-sha256", "a" * 64)]}
+    current_lock = {"cu121-py311": "a" * 64}
 
     def summary(image_id: str, created: int, lock: str, stage: str = "builder") -> dict[str, Any]:
         labels = {"io.envbuild.profile": "cu121-py311", "io.envbuild.lock-sha256": lock}
@@ -121,7 +121,7 @@ def test_only_the_newest_build_cache_of_the_current_lockfile_is_the_one_a_build_
             summary("older-lock", 400, "b" * 64),  # newest of all, but another lockfile: not the cache in use
             summary("final-image", 500, "a" * 64, stage=""),  # a runtime image is never "superseded"
         ],
-        facts,
+        current_lock,
     )
     assert found == frozenset({"old-current"})
 
