@@ -7,9 +7,11 @@ which is the difference between `envbuild list` answering in 0.3 s and in 0.6 s.
 
 `install()` wraps typer's runtime-parameter factory: a str parameter that received a str, a bool
 that received a bool and a list[str] that received strings are passed through untouched (what
-typer's own adapters return for them); every other value, including anything that needs
-conversion or can be wrong (an int option given "abc"), still goes through typer's own path
-unchanged, so its errors and conversions are typer's.
+typer's own adapters return for them). typer's own parameter is built only when a value needs it,
+not when the parameter is first seen: an option left at None (`render`'s `--templates`, a Path)
+never reaches typer's coercion at all, since typer returns None before asking. Every value that
+needs conversion or can be wrong (an int option given "abc", a Path given a string) still goes
+through typer's own path unchanged, so its errors and conversions are typer's.
 
 This leans on typer internals (`typer.core.build_runtime_param`, `typer._coercion`). If they
 move, `install()` does nothing and the CLI is merely slower; tests/unit/test_cli.py notices.
@@ -18,7 +20,7 @@ move, `install()` does nothing and the CLI is merely slower; tests/unit/test_cli
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, get_args, get_origin
 
 
@@ -39,15 +41,18 @@ def install() -> bool:
     @dataclass(frozen=True)
     class _PassThrough(RuntimeParam):
         descriptor: TypeDescriptor
+        built: list[Any] = field(default_factory=list, compare=False)  # typer's own, once needed
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             if _already_coerced(self.descriptor.annotation, value):
                 return list(value) if isinstance(value, tuple) else value
-            return original(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+            if not self.built:
+                self.built.append(original(self.descriptor))
+            return self.built[0]._coerce_value(value, param=param, ctx=ctx)
 
     def build_runtime_param(descriptor: Any) -> Any:
-        simple = _simple(descriptor.annotation) and descriptor.parameter_info.parser is None
-        if simple and descriptor.file_annotation is None:
+        # A custom parser or a file argument has side effects or state of its own: typer's, now.
+        if descriptor.parameter_info.parser is None and descriptor.file_annotation is None:
             return _PassThrough(
                 parameter_info=descriptor.parameter_info,
                 annotation=descriptor.annotation,
@@ -60,13 +65,11 @@ def install() -> bool:
     return True
 
 
-def _simple(annotation: Any) -> bool:
-    return annotation in (str, bool) or (get_origin(annotation) is list and get_args(annotation) == (str,))
-
-
 def _already_coerced(annotation: Any, value: Any) -> bool:
     if annotation is str:
         return isinstance(value, str)
     if annotation is bool:
         return isinstance(value, bool)
-    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if get_origin(annotation) is list and get_args(annotation) == (str,):
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    return False
