@@ -1,0 +1,115 @@
+"""What every command shares: the typer app, the common options, and the helpers that print."""
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from envbuild import output
+
+app = typer.Typer(
+    name="envbuild",
+    help="Reproducible PyTorch environments: validate, render, lock, build, smoke-test, publish.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--project",
+        "-C",
+        envvar="ENVBUILD_PROJECT",
+        help="Project folder (profiles/, lockfiles/, envbuild.toml).",
+    ),
+]
+
+
+ProfilesArg = Annotated[list[str] | None, typer.Argument(help="Profiles to look at (default: all).")]
+
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Machine-readable output on stdout.", callback=output.json_requested)
+]
+
+
+def say_no_profiles(proj: Any) -> None:
+    output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/: `envbuild new cu126-py312` starts one")
+
+
+def project_at(path: str | None) -> Any:
+    from envbuild.project import open_project
+
+    return open_project(path)
+
+
+def pick_profiles(proj: Any, names: list[str] | None, all_: bool, verb: str) -> list[str]:
+    """The profiles a command was given, in order, then (--all) the rest of the project's."""
+    from envbuild.errors import UsageError
+
+    chosen = list(names or [])
+    if all_:
+        chosen += [n for n in proj.profile_names() if n not in chosen]
+    if not chosen:
+        raise UsageError(f"nothing to {verb}", hint="name profiles or pass --all")
+    return chosen
+
+
+def load_profile(proj: Any, name: str) -> Any:
+    from envbuild import profile
+
+    path = proj.profile_path(name)
+    return profile.load_valid(path, proj.rel(path))
+
+
+def step_printer(as_json: bool) -> Any:
+    """Progress as a person expects: the current step of N and the elapsed time."""
+    import time as _time
+
+    console = output.err()
+    started = _time.monotonic()
+    last_pull = [0.0]
+
+    def events(kind: str, key: str, text: str) -> None:
+        if as_json:
+            return
+        elapsed = _time.monotonic() - started
+        if kind == "step":
+            console.print(f"[{elapsed:6.1f}s] step {key}: {text}", markup=False, highlight=False)
+        elif kind == "phase":
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}", markup=False, highlight=False)
+        elif kind == "warning":
+            console.print(f"[{elapsed:6.1f}s] warning: {text}", style="yellow", markup=False, highlight=False)
+        elif kind == "pull" and elapsed - last_pull[0] > 2:
+            last_pull[0] = elapsed
+            console.print(f"[{elapsed:6.1f}s] pulling {key} {text}", markup=False, highlight=False)
+
+    return events
+
+
+def size_text(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def write_or_check(text: str, output_file: Path | None, check: bool, what: str, command: str) -> None:
+    """Generated files: print, write atomically, or (--check) exit 1 when the committed copy drifted."""
+    from envbuild.errors import LockCheckFailed, StaleLock, UsageError
+    from envbuild.fsutil import atomic_write_many
+
+    if check:
+        if output_file is None:
+            raise UsageError("--check needs -o FILE", hint=f"{command} --check -o FILE")
+        current = output_file.read_text() if output_file.is_file() else ""
+        if current != text:
+            raise LockCheckFailed([StaleLock(str(output_file), f"differs from {what}", f"{command} -o {output_file}")])
+        output.out().print(f"{output_file} is current")
+        return
+    if output_file is None:
+        sys.stdout.write(text)
+        return
+    atomic_write_many({output_file: text})
+    output.err().print(f"wrote {output_file}")

@@ -1,0 +1,308 @@
+"""Commands on images: build, smoke, images."""
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from envbuild import output
+from envbuild.cli._common import (
+    JsonOpt,
+    ProfilesArg,
+    ProjectOpt,
+    app,
+    load_profile,
+    project_at,
+    size_text,
+    step_printer,
+)
+
+
+def _check_positive_seconds(option: str, value: float, example: int) -> None:
+    from envbuild.errors import UsageError
+
+    if value <= 0:
+        raise UsageError(f"{option} {value:g}: must be a positive number of seconds", hint=f"e.g. {option} {example}")
+
+
+def _check_image_ref(option: str, value: str | None) -> None:
+    from envbuild.errors import UsageError
+    from envbuild.profile import IMAGE_RE
+
+    if value is not None and not IMAGE_RE.fullmatch(value):
+        raise UsageError(
+            f"{option} {value!r} is not an image reference", hint='write e.g. "ubuntu:22.04@sha256:<digest>"'
+        )
+
+
+def _print_smoke(report: dict[str, Any]) -> None:
+    from envbuild.smoke import inside
+
+    rows = []
+    for c in report["checks"]:
+        status = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "skip": "[yellow]SKIP[/yellow]"}[
+            c["status"]
+        ]
+        detail = inside.detail(c)
+        if c["status"] == "fail" and c["remedy"]:
+            detail += f"\nfix: {c['remedy']}"
+        rows.append([c["name"], status, f"{c['seconds']:.2f}", detail])
+    con = output.out()
+    con.print(output.table(None, ["check", "result", "seconds", "detail"], rows))
+    verdict = "[green]passed[/green]" if report["passed"] else "[red]FAILED[/red]: " + ", ".join(report["failed"])
+    con.print(f"smoke {verdict} in {report['seconds']:.1f}s")
+
+
+@app.command()
+def build(
+    name: str,
+    tag: Annotated[
+        str | None, typer.Option("--tag", help="Image repository (default: envbuild.toml's, else 'envbuild').")
+    ] = None,
+    base: Annotated[str | None, typer.Option(help="Override the base image.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every step anew.")] = False,
+    pull: Annotated[bool, typer.Option("--pull", help="Pull the base image even if present.")] = False,
+    ca_bundle: Annotated[
+        Path | None, typer.Option("--ca-bundle", help="CA bundle for TLS inside the build (builder stage only).")
+    ] = None,
+    find_links: Annotated[
+        list[str] | None, typer.Option("--find-links", help="Local wheelhouse for locked wheels.")
+    ] = None,
+    index_url: Annotated[str | None, typer.Option(help="A PyPI mirror for the build (may carry credentials).")] = None,
+    torch_index: Annotated[str | None, typer.Option(help="A mirror of the PyTorch index.")] = None,
+    no_smoke: Annotated[
+        bool, typer.Option("--no-smoke", help="Skip the smoke test (the image gets no smoke label).")
+    ] = False,
+    gpus: Annotated[str, typer.Option(help="Smoke test GPUs: auto, all, none or a count.")] = "auto",
+    smoke_timeout: Annotated[
+        float, typer.Option("--smoke-timeout", help="Seconds the smoke test may take before it fails.")
+    ] = 600.0,
+    builder: Annotated[str, typer.Option(help="docker (the SDK) or buildkit.")] = "docker",
+    context_only: Annotated[
+        bool, typer.Option("--context-only", help="Only assemble the build context (for bake).")
+    ] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build a profile's image from its lockfile, smoke-test it, then tag it."""
+    from envbuild import build as b
+    from envbuild.errors import UsageError
+
+    if builder not in {"docker", "buildkit"}:
+        raise UsageError(f"--builder {builder}: unknown", hint="use docker or buildkit")
+    _check_image_ref("--base", base)
+    _check_positive_seconds("--smoke-timeout", smoke_timeout, 900)
+    proj = project_at(project)
+    prof = load_profile(proj, name)
+    opts = b.BuildOptions(
+        repo=tag,
+        base=base,
+        no_cache=no_cache,
+        pull=pull,
+        ca_bundle=ca_bundle,
+        find_links=tuple(find_links or ()),
+        index_url=index_url,
+        torch_index=torch_index,
+        smoke=not no_smoke,
+        smoke_gpus=gpus,
+        smoke_timeout=smoke_timeout,
+        builder=builder,
+    )
+    if context_only:
+        ctx = b.context_only(proj, prof, opts, step_printer(as_json))
+        if as_json:
+            output.emit_json(ctx)
+            return
+        output.out().print(f"wrote the build context of {name}: {proj.rel(Path(ctx['context']))}", markup=False)
+        output.out().print(
+            f"  build it with: docker build --target runtime {proj.rel(Path(ctx['context']))}", markup=False
+        )
+        return
+    result = b.build(proj, prof, opts, step_printer(as_json))
+    if as_json:
+        from dataclasses import asdict
+
+        output.emit_json(asdict(result))
+        return
+    if result.smoke:
+        _print_smoke(result.smoke)
+    con = output.out()
+    ran = f"{result.ran_steps} of {result.steps} steps ran" if result.ran_steps else "every step from cache"
+    con.print(f"built {result.image_id[:19]} in {result.seconds:.1f}s ({ran})")
+    for t in result.tags:
+        con.print(f"  tagged {t}")
+    con.print(f"  log: {proj.rel(Path(result.log_path))}")
+    _say_prunable(proj, prof.name)
+
+
+def _say_prunable(proj: Any, name: str) -> None:
+    """After a build: older images of this profile that `images --prune` would remove, if any."""
+    from envbuild import images as images_mod
+    from envbuild.errors import EnvbuildError
+
+    try:
+        rows = images_mod.survey(proj, [name])[1].rows
+    except EnvbuildError:
+        return  # the build succeeded; a failed look at the leftovers must not say otherwise
+    doomed = [r for r in rows if not r.keep]
+    if doomed:
+        output.err().print(f"  {len(doomed)} older image(s) of {name} can go: envbuild images --prune {name}")
+
+
+@app.command()
+def smoke(
+    target: Annotated[str | None, typer.Argument(help="A profile name or an image reference.")] = None,
+    local: Annotated[bool, typer.Option("--local", help="Run the checks in an interpreter here, no Docker.")] = False,
+    python: Annotated[str | None, typer.Option(help="--local: the interpreter (default: this one).")] = None,
+    gpus: Annotated[str, typer.Option(help="all, none or a count (auto: all when the host has GPUs).")] = "auto",
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the JSON report here.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before the whole run is stopped.")] = 600.0,
+    shm_size: Annotated[str, typer.Option(help="Size of the container's shared memory (shm).")] = "2g",
+    ipc_host: Annotated[bool, typer.Option("--ipc-host", help="Share the host's IPC namespace instead.")] = False,
+    lock_match: Annotated[str, typer.Option(help="--local: exact, pins or none.")] = "pins",
+    tag: Annotated[str | None, typer.Option("--tag", help="Image repository the profile was built into.")] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """Prove that an image (or this interpreter) really trains: GPU kernels, cuDNN, DDP, AMP."""
+    import json as _json
+
+    from envbuild import build as b
+    from envbuild import engine
+    from envbuild.errors import SmokeFailed, UsageError
+    from envbuild.smoke import host
+
+    _check_positive_seconds("--timeout", timeout, 600)
+
+    proj = project_at(project)
+    prof = None
+    if (target and (proj.profiles_dir / f"{target}.yaml").is_file()) or (target and target.endswith((".yaml", ".yml"))):
+        prof = load_profile(proj, target)
+    if local:
+        if prof is None:
+            raise UsageError("--local needs a profile name", hint="envbuild smoke --local cpu-py311")
+        if lock_match not in {"exact", "pins", "none"}:
+            raise UsageError(f"--lock-match {lock_match!r}: use exact, pins or none")
+        from envbuild import lock as lk
+
+        # `none` checks the interpreter against the profile alone: a GPU host's own torch install
+        # has no lockfile of envbuild's to compare with
+        lock_file = None if lock_match == "none" else lk.require_fresh(proj, prof) / "requirements.lock"
+        expect = b.expectations(prof, lock_file)
+        report = host.run_local(
+            expect, python=python, gpus=gpus, timeout=min(timeout, 300), lock_match=lock_match, wall_timeout=timeout
+        )
+    else:
+        if target is None:
+            raise UsageError("name a profile or an image")
+        cli = engine.client()
+        accelerator = "cpu"
+        if prof is not None:
+            accelerator = prof.accelerator
+            result_file = b.build_dir(proj, prof) / "result.json"
+            image = f"{b.repository(proj, b.BuildOptions(repo=tag))}:{prof.name}"
+            if result_file.is_file():
+                image = _json.loads(result_file.read_text())["built_image_id"]
+            engine.local_image(cli, image, prof.name)  # an unknown image is a usage error, not a failed smoke run
+        else:
+            image = target
+            accelerator = engine.labels_of(cli, image).get("io.envbuild.accelerator", "cpu")
+        if gpus == "auto":
+            # A GPU profile asks for its GPUs even where there are none: its gpu check then fails, as it should.
+            gpus = "all" if accelerator != "cpu" else "none"
+        report = host.run_in_image(
+            cli, image, gpus=gpus, timeout=timeout, accelerator=accelerator, shm_size=shm_size, ipc_host=ipc_host
+        )
+        if prof is not None:
+            host.save_report(b.build_dir(proj, prof) / "smoke.json", report)
+    if json_file:
+        host.save_report(json_file, report)
+    _print_smoke(report)
+    if not report["passed"]:
+        raise SmokeFailed(f"smoke failed: {', '.join(report['failed'])}")
+
+
+@app.command()
+def images(
+    names: ProfilesArg = None,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Remove stale and leftover images (never current, tagged NAME, or in use).")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --prune: say what would go, remove nothing.")
+    ] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """This project's images in the engine: current, stale (an older lockfile), leftovers; --prune frees them."""
+    from envbuild import images as images_mod
+    from envbuild.errors import UsageError
+
+    if dry_run and not prune:
+        raise UsageError("--dry-run goes with --prune", hint="envbuild images --prune --dry-run")
+    proj = project_at(project)
+    if prune:
+        result = images_mod.prune(proj, names, dry_run=dry_run, events=step_printer(as_json))
+    else:
+        result = images_mod.survey(proj, names)[1]
+    if as_json:
+        output.emit_json(
+            {
+                "images": [r.as_dict() for r in result.rows],
+                "pruned": prune and not dry_run,
+                "freed_bytes": result.freed_bytes,
+                "errors": result.errors,
+            }
+        )
+        return
+    con = output.out()
+    if not result.rows:
+        con.print("no images of this project in the engine" + (f" for {', '.join(names)}" if names else ""))
+        return
+
+    def tags_cell(r: Any) -> str:
+        if r.stage == "builder":
+            return "(builder stage)"
+        return " ".join(t.rsplit(":", 1)[-1] for t in r.tags) or "-"
+
+    def action(r: Any) -> str:
+        if r.removed:
+            return "removed"
+        if r.keep:
+            return f"keep ({r.reason})"
+        return "would remove" if prune else "can go"
+
+    con.print(
+        output.table(
+            None,
+            ["profile", "image", "tags", "built", "size", "smoke", "state", "prune"],
+            [
+                [
+                    r.profile,
+                    r.image_id[7:19],
+                    tags_cell(r),
+                    r.created[:16].replace("T", " "),
+                    size_text(r.size),
+                    r.smoke,
+                    r.state,
+                    action(r),
+                ]
+                for r in result.rows
+            ],
+            caption="stale: built from another lockfile or profile; untagged: a failed smoke test or a replaced "
+            "build; builder stage: a build's cache (the newest of today's lockfile stays). Sizes count shared layers "
+            "in full. --json says why for each.",
+        ),
+        markup=False,
+    )
+    doomed = [r for r in result.rows if not r.keep]
+    removed = [r for r in result.rows if r.removed]
+    if prune and not dry_run:
+        freed = result.freed_bytes or 0
+        shared = " (their layers are shared with images that stay)" if removed and not freed else ""
+        con.print(f"removed {len(removed)} image(s); the engine's disk use fell by {size_text(freed)}{shared}")
+    elif doomed and dry_run:
+        con.print(f"{len(doomed)} image(s) would go; run without --dry-run to remove them")
+    elif doomed:
+        con.print(f"{len(doomed)} image(s) can go: envbuild images --prune")
+    for e in result.errors:
+        output.err().print(f"kept {e}", markup=False)

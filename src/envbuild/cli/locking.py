@@ -1,0 +1,189 @@
+"""Commands on lockfiles: lock, and venv (a local environment from one)."""
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from envbuild import output
+from envbuild.cli._common import (
+    JsonOpt,
+    ProjectOpt,
+    app,
+    load_profile,
+    pick_profiles,
+    project_at,
+)
+
+
+@app.command()
+def lock(
+    names: Annotated[list[str] | None, typer.Argument(help="Profiles to lock.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every profile in the project.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Offline: exit 1 if any lockfile is stale or missing.")
+    ] = False,
+    upgrade: Annotated[bool, typer.Option("--upgrade", help="Re-resolve everything on purpose.")] = False,
+    upgrade_package: Annotated[
+        list[str] | None, typer.Option("--upgrade-package", "-P", help="Re-resolve this package.")
+    ] = None,
+    index_url: Annotated[str | None, typer.Option(help="A PyPI mirror.")] = None,
+    torch_index: Annotated[str | None, typer.Option(help="A mirror of the PyTorch index (URL or folder).")] = None,
+    find_links: Annotated[
+        list[str] | None, typer.Option("--find-links", help="A local wheelhouse (repeatable).")
+    ] = None,
+    platform: Annotated[
+        list[str] | None,
+        typer.Option("--platform", help="x86_64 and/or aarch64 (default: the profile's)."),
+    ] = None,
+    solver: Annotated[str, typer.Option(help="conda flavor: auto, conda-lock or rattler.")] = "auto",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Resolve and say what would change; write nothing.")
+    ] = False,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Profiles locked at once.")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Resolve profiles into hashed lockfiles under lockfiles/<profile>/."""
+    from envbuild import lock as lk
+    from envbuild.errors import LockCheckFailed, LockError, UsageError
+
+    proj = project_at(project)
+    chosen = pick_profiles(proj, names, all_, "lock")
+    if check and dry_run:
+        raise UsageError("--check and --dry-run do not go together", hint="--check is offline; --dry-run resolves")
+    if check:
+        stale = lk.check(proj, chosen)
+        if as_json:
+            output.emit_json({"fresh": not stale, "stale": [s.__dict__ for s in stale]})
+        elif not stale:
+            output.out().print(f"{len(chosen)} lockfile(s) fresh")
+        if stale:
+            raise LockCheckFailed(stale)
+        return
+    for p in platform or []:
+        if p not in {"x86_64", "aarch64"}:
+            raise UsageError(f"--platform {p}: unknown", hint="use x86_64 or aarch64")
+    if solver not in {"auto", "conda-lock", "rattler"}:
+        raise UsageError(f"--solver {solver}: unknown", hint="use auto, conda-lock or rattler")
+    opts = lk.LockOptions(
+        index_url=index_url,
+        torch_index=torch_index,
+        find_links=tuple(find_links or ()),
+        upgrade=upgrade,
+        upgrade_packages=tuple(upgrade_package or ()),
+        platforms=tuple(platform or ()),
+        solver=solver,
+        dry_run=dry_run,
+    )
+    outcomes = _with_progress(
+        chosen,
+        as_json,
+        lambda events: lk.lock_many(proj, chosen, opts, jobs or proj.config.lock_jobs, events),
+    )
+    failed = [o for o in outcomes if o.state == "failed"]
+    if as_json:
+        output.emit_json(
+            [
+                {
+                    "profile": o.name,
+                    "state": o.state,
+                    "message": o.message,
+                    "seconds": round(o.seconds, 3),
+                    "packages": o.packages,
+                    "files": [proj.rel(f) for f in o.files],
+                    "changes": None if o.changes is None else [c.as_dict() for c in o.changes],
+                }
+                for o in outcomes
+            ]
+        )
+    else:
+        _print_lock_changes(outcomes, dry_run)
+    if not as_json and len(failed) > 1:
+        # One failure is reported once, by the error it raises below; several each get theirs here.
+        for o in failed:
+            output.err().print(f"{o.name}: {o.message}", markup=False)
+    if len(failed) == 1 and failed[0].error is not None:
+        raise failed[0].error
+    if failed:
+        raise LockError(
+            f"{len(failed)} of {len(outcomes)} profile(s) failed to lock: {', '.join(o.name for o in failed)}"
+        )
+
+
+def _print_lock_changes(outcomes: list[Any], dry_run: bool = False) -> None:
+    """What each re-lock moved: a reviewer reads this instead of a diff of hashes."""
+    con = output.out()
+    for o in outcomes:
+        if o.state != "locked" or o.changes is None:
+            continue
+        if not o.changes:
+            con.print(f"{o.name}: no package {'would change' if dry_run else 'changed'}", markup=False)
+            continue
+        verb = "would change (dry run, nothing written)" if dry_run else "changed"
+        con.print(f"{o.name}: {len(o.changes)} package(s) {verb}", markup=False)
+        for change in o.changes:
+            con.print(f"  {change.render()}", markup=False)
+
+
+def _with_progress(names: list[str], quiet: bool, work: Any) -> Any:
+    """Run `work(events)` while a live table shows each profile's state (stderr, TTY or not)."""
+    import threading
+    import time as _time
+
+    states = dict.fromkeys(names, ("queued", ""))
+    started = _time.monotonic()
+    lock_ = threading.Lock()
+
+    def events(name: str, state: str, detail: str) -> None:
+        with lock_:
+            states[name] = (state, detail)
+        if not console.is_terminal and not quiet:
+            console.print(f"{name}: {state} {detail}".rstrip(), markup=False)
+
+    console = output.err()
+    if quiet or not console.is_terminal:
+        return work(events)
+    from rich.live import Live
+
+    def view() -> Any:
+        with lock_:
+            rows = [[n, s, d] for n, (s, d) in states.items()]
+        return output.table(f"envbuild ({_time.monotonic() - started:.0f}s)", ["profile", "state", "detail"], rows)
+
+    with Live(view(), console=console, refresh_per_second=4, get_renderable=view):
+        return work(events)
+
+
+@app.command()
+def venv(
+    name: str,
+    directory: Path,
+    python: Annotated[
+        str | None,
+        typer.Option(help="Interpreter to base the venv on (default: python3.X on PATH)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace a non-empty DIRECTORY.")] = False,
+    find_links: Annotated[
+        list[str] | None, typer.Option("--find-links", help="A local wheelhouse (repeatable).")
+    ] = None,
+    index_url: Annotated[str | None, typer.Option(help="A PyPI mirror.")] = None,
+    torch_index: Annotated[str | None, typer.Option(help="A mirror of the PyTorch index.")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a local virtual environment from a profile's lockfile (hash-checked)."""
+    from envbuild import lock as lk
+    from envbuild import venv as vv
+
+    proj = project_at(project)
+    prof = load_profile(proj, name)
+    opts = lk.LockOptions(index_url=index_url, torch_index=torch_index, find_links=tuple(find_links or ()))
+    result = vv.create(proj, prof, directory, python=python, opts=opts, force=force)
+    if as_json:
+        output.emit_json(result)
+    else:
+        output.out().print(
+            f"created {result['path']}: Python {result['python']}, {result['packages']} packages "
+            f"from {proj.rel(Path(str(result['lockfile'])))}"
+        )

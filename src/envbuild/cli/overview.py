@@ -1,0 +1,183 @@
+"""Commands about the whole project and this host: status, matrix, ci, doctor, run."""
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from envbuild import output
+from envbuild.cli._common import (
+    JsonOpt,
+    ProfilesArg,
+    ProjectOpt,
+    app,
+    load_profile,
+    project_at,
+    say_no_profiles,
+    size_text,
+    write_or_check,
+)
+
+
+@app.command()
+def status(
+    names: ProfilesArg = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Where each profile stands: valid, lockfile fresh, image built from it and tested; and the next command."""
+    from envbuild import status as status_mod
+
+    proj = project_at(project)
+    if names:
+        for name in names:
+            proj.profile_path(name)  # an unknown name is a usage error with the list of profiles
+    rows, note = status_mod.status(proj, names)
+    if as_json:
+        output.emit_json({"profiles": [r.as_dict() for r in rows], "note": note or None})
+        return
+    if not rows:
+        say_no_profiles(proj)
+        return
+    output.out().print(
+        output.table(
+            None,
+            ["profile", "valid", "lockfile", "image", "next"],
+            [
+                [
+                    r.profile,
+                    "yes" if r.valid else "no",
+                    r.lockfile,
+                    r.image + (f" ({r.image_ref.rsplit('/', 1)[-1]})" if r.image_ref else ""),
+                    r.next or "ready",
+                ]
+                for r in rows
+            ],
+        ),
+        markup=False,
+    )
+    for r in rows:
+        if r.problem:
+            output.err().print(f"{r.profile}: {r.problem}", markup=False)
+    if note:
+        output.err().print(f"note: {note}", markup=False)
+
+
+@app.command("matrix")
+def matrix_(
+    fmt: Annotated[str, typer.Option("--format", help="github, json or bake.")] = "github",
+    tag: Annotated[str | None, typer.Option("--tag", help="Image repository for bake targets.")] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """The shipped profiles as a CI matrix (GitHub Actions, JSON) or a docker-bake.json."""
+    from envbuild import ci
+    from envbuild.errors import UsageError
+
+    proj = project_at(project)
+    if fmt == "github":
+        sys.stdout.write(__import__("json").dumps(ci.github_matrix(proj), separators=(",", ":")) + "\n")
+    elif fmt == "json":
+        output.emit_json(ci.matrix(proj))
+    elif fmt == "bake":
+        output.emit_json(ci.bake(proj, tag or proj.config.repository))
+    else:
+        raise UsageError(f"--format {fmt}: unknown", hint="use github, json or bake")
+
+
+ci_app = typer.Typer(help="Generate CI configuration.", no_args_is_help=True)
+
+
+app.add_typer(ci_app, name="ci")
+
+
+@ci_app.command("github")
+def ci_github(
+    output_file: Annotated[Path | None, typer.Option("--output", "-o", help="Write the workflow here.")] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 if the file differs from what would be generated.")
+    ] = False,
+    registry: Annotated[str, typer.Option(help="Where main pushes images.")] = "ghcr.io/${{ github.repository }}",
+    project: ProjectOpt = None,
+) -> None:
+    """A GitHub Actions workflow: lock check, matrix build + smoke, push on main."""
+    from envbuild import ci
+
+    proj = project_at(project)
+    write_or_check(
+        ci.github_workflow(proj, registry), output_file, check, "the generated workflow", "envbuild ci github"
+    )
+
+
+@app.command()
+def doctor(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+    """Check this host: engine, driver, GPUs, container runtime, /dev/shm, and which profiles run here."""
+    from envbuild import doctor as d
+
+    proj = project_at(project)
+    report = d.doctor(proj)
+    if as_json:
+        output.emit_json(report.as_dict())
+        return
+    con = output.out()
+    eng = report.engine
+    if eng.get("reachable"):
+        con.print(f"engine: reachable, {eng.get('version')} (API {eng.get('api')}) at {eng.get('url')}")
+        if eng.get("free_bytes") is not None:
+            con.print(f"  disk: {size_text(eng['free_bytes'])} free at {eng.get('data_root')}")
+    else:
+        con.print(f"engine: NOT reachable: {eng.get('error')}\n  fix: {eng.get('hint')}")
+    con.print(
+        f"NVIDIA driver: {report.nvidia_driver or 'none'}"
+        + (f" (CUDA {report.driver_cuda})" if report.driver_cuda else "")
+    )
+    for g in report.gpus:
+        con.print(f"  GPU {g.index}: {g.name}, sm_{g.capability.replace('.', '')}, {g.memory_mib} MiB")
+    con.print(f"ROCm devices: {', '.join(report.rocm_devices) or 'none'}")
+    con.print(f"NVIDIA container runtime: {'yes' if report.nvidia_runtime else 'no'}")
+    shm = f"{report.shm_bytes // 2**20} MiB" if report.shm_bytes else "unknown"
+    con.print(f"shared memory (/dev/shm): {shm}")
+    for note in report.notes:
+        con.print(f"note: {note}")
+    con.print(
+        output.table(
+            None,
+            ["profile", "runs here", "why"],
+            [[p["profile"], "yes" if p["runs_here"] else "no", p["why"]] for p in report.profiles],
+        )
+    )
+
+
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run_image(
+    ctx: typer.Context,
+    name: str,
+    tag: Annotated[str | None, typer.Option("--tag", help="Image repository (as build --tag named it).")] = None,
+    gpus: Annotated[str, typer.Option(help="all, none or a count.")] = "auto",
+    ipc_host: Annotated[
+        bool, typer.Option("--ipc-host", help="Share the host's IPC namespace (NCCL, DataLoader).")
+    ] = False,
+    shm_size: Annotated[str, typer.Option(help="Shared memory size when not --ipc-host.")] = "8g",
+    project: ProjectOpt = None,
+) -> int:
+    """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
+    import subprocess
+
+    from envbuild import engine, runner
+
+    proj = project_at(project)
+    prof = load_profile(proj, name)
+    image = f"{tag or proj.config.repository}:{prof.name}"
+    # `docker run` would otherwise go looking for the image on Docker Hub and fail there.
+    engine.local_image(engine.client(), image, prof.name)
+    argv = runner.docker_argv(
+        prof,
+        image,
+        list(ctx.args),
+        workdir=Path.cwd(),
+        gpus=gpus,
+        ipc_host=ipc_host,
+        shm_size=shm_size,
+        tty=sys.stdin.isatty() and sys.stdout.isatty(),
+    )
+    return subprocess.call(argv)

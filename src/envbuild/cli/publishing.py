@@ -1,0 +1,96 @@
+"""Commands that move images through registries: push, pull."""
+
+from typing import Annotated
+
+import typer
+
+from envbuild import output
+from envbuild.cli._common import (
+    JsonOpt,
+    ProjectOpt,
+    app,
+    load_profile,
+    project_at,
+    step_printer,
+)
+
+
+@app.command()
+def push(
+    name: str,
+    tag: Annotated[str | None, typer.Option("--tag", help="Local image repository (as build --tag named it).")] = None,
+    registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to push to.")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Push a smoke-tested image as REGISTRY/PATH:NAME and :NAME-<lock digest>."""
+    from envbuild import publish
+
+    proj = project_at(project)
+    res = publish.push(proj, load_profile(proj, name), repo=tag, registry=registry, events=step_printer(as_json))
+    if as_json:
+        output.emit_json({"image_id": res.image_id, "refs": res.refs, "digest": res.digest})
+        return
+    con = output.out()
+    for ref in res.refs:
+        con.print(f"pushed {ref}")
+    con.print(f"manifest digest: {res.digest}")
+
+
+@app.command()
+def pull(
+    name: str,
+    registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to pull from.")] = None,
+    digest: Annotated[str | None, typer.Option(help="Pull by digest (sha256:...) instead of the moving tag.")] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", help="Local repository to tag it in (default: envbuild.toml's).")
+    ] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Fail when the image differs from the local lockfile.")
+    ] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pull a profile's published image and compare it with the local profile and lockfile."""
+    from envbuild import publish
+
+    proj = project_at(project)
+    res = publish.pull(
+        proj,
+        load_profile(proj, name),
+        registry=registry,
+        repo=tag,
+        digest=digest,
+        verify=verify,
+        events=step_printer(as_json),
+    )
+    ns = "io.envbuild"
+    facts = {
+        "ref": res.ref,
+        "image_id": res.image_id,
+        "digest": res.digest,
+        "torch": res.labels.get(f"{ns}.torch"),
+        "cuda": res.labels.get(f"{ns}.cuda"),
+        "rocm": res.labels.get(f"{ns}.rocm"),
+        "python": res.labels.get(f"{ns}.python"),
+        "created": res.labels.get("org.opencontainers.image.created"),
+        "smoke": res.labels.get(f"{ns}.smoke", "not tested"),
+        "mismatches": res.mismatches,
+        "tags": res.tags,
+    }
+    if as_json:
+        output.emit_json(facts)
+        return
+    con = output.out()
+    con.print(f"pulled {res.ref} ({res.digest})")
+    con.print(
+        f"  torch {facts['torch']}, "
+        + (f"CUDA {facts['cuda']}, " if facts["cuda"] else "")
+        + (f"ROCm {facts['rocm']}, " if facts["rocm"] else "")
+        + f"Python {facts['python']}, "
+        f"created {facts['created']}, smoke {facts['smoke']}"
+    )
+    for t in res.tags:
+        con.print(f"  tagged {t}")
+    for m in res.mismatches:
+        output.err().print(f"warning: {m} (use --verify to make this an error)", markup=False)
