@@ -146,6 +146,31 @@ def test_unchanged_rebuild_is_fully_cached(built_cpu: dict[str, Any], e2e_projec
     assert again["built_image_id"] == built_cpu["built_image_id"]
 
 
+def test_a_nearly_full_engine_disk_is_warned_of_before_the_base_pull(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The real build, in this process; only the engine's free space is read as 1 GB (this disk
+    # has more than a CPU build needs, and filling it for a test would endanger the suite).
+    from envbuild import engine
+
+    real_disk = engine.disk
+    monkeypatch.setattr(engine, "disk", lambda info: (real_disk(info)[0], 10**9))
+    monkeypatch.chdir(e2e_project)
+    res = cli(*local_build("cpu-py311", repo_name), "--no-smoke")
+    assert res.code == 0, res.err[-3000:]
+    lines = res.err.splitlines()
+    said = [i for i, line in enumerate(lines) if "warning: the engine's disk has 1.0 GB free" in line]
+    assert said, res.err[-3000:]
+    warned = said[0]
+    assert "a CPU build needs about 4 GB" in lines[warned] and "envbuild images --prune" in lines[warned]
+    assert warned < next(i for i, line in enumerate(lines) if "] base: " in line)
+    res = cli(*local_build("cpu-py311", repo_name), "--no-smoke", "--json")
+    assert res.code == 0, res.err[-3000:]
+    report = json.loads(res.out)
+    assert len(report["warnings"]) == 1 and report["warnings"][0].startswith("the engine's disk has 1.0 GB free")
+    assert report["built_image_id"] == built_cpu["built_image_id"]  # a warning, not a refusal
+
+
 def _copy_project(source: Path, dest: Path) -> Path:
     """A project of its own to break, with the session's profiles and lockfiles."""
     for part in ("profiles", "lockfiles"):
