@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from envbuild import __version__, buildfail, compat, engine, lock, lockfile, render
-from envbuild.errors import BuildError, BuildFailure, SmokeFailed, UsageError
+from envbuild.errors import BuildError, BuildFailure, ImageMissing, SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many, sha256_file
 from envbuild.profile import Profile
 from envbuild.project import Project
@@ -81,6 +81,21 @@ def tags_for(repo: str, prof: Profile, lock_sha: str) -> tuple[str, str]:
 
 def build_dir(project: Project, prof: Profile) -> Path:
     return project.build_dir / prof.name
+
+
+def profile_image(cli: Any, project: Project, prof: Profile, repo: str | None = None) -> tuple[str, Any]:
+    """(ref, image) that a profile's name stands for when a command is given it instead of an image:
+    REPO:NAME, the tag `run` starts and `push` publishes, built here or pulled; else, before any
+    build passed its smoke test, the newest `--no-smoke` build (REPO:NAME-untested).
+
+    ImageMissing, a usage error naming REPO:NAME, when there is neither."""
+    moving = f"{repository(project, BuildOptions(repo=repo))}:{prof.name}"
+    try:
+        return moving, engine.local_image(cli, moving, prof.name)
+    except ImageMissing:
+        with contextlib.suppress(ImageMissing):
+            return f"{moving}-untested", engine.local_image(cli, f"{moving}-untested", prof.name)
+        raise
 
 
 # ---- the build context -------------------------------------------------------------------------

@@ -60,6 +60,36 @@ def test_numpy_that_differs_from_the_lockfile_fails_versions(docker_client: Any,
     assert "envbuild lock NAME && envbuild build NAME" in versions["remedy"]
 
 
+def test_smoke_name_tests_the_image_its_tag_points_at(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    # What `run NAME` starts and `push NAME` publishes, built here or pulled (a marker label stands in for
+    # a pulled image): not the project's last local build, which this project also has.
+    dockerfile = f'FROM {built_cpu["image_id"]}\nLABEL io.envbuild.test-marker="pulled"\n'
+    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    repo = f"{repo_name}-pick"
+    try:
+        image.tag(repo, tag="cpu-py311-untested")  # before any tested image: the --no-smoke build
+        res = envbuild("smoke", "cpu-py311", "--tag", repo, "--json", str(tmp_path / "a.json"), cwd=e2e_project)
+        assert res.returncode == 0, res.stdout + res.stderr
+        report = json.loads((tmp_path / "a.json").read_text())
+        assert (report["image"], report["ref"]) == (image.id, f"{repo}:cpu-py311-untested")
+        assert "smoke passed in" in res.stdout and f"({repo}:cpu-py311-untested, {image.id[:19]})" in res.stdout
+        docker_client.images.get(built_cpu["image_id"]).tag(repo, tag="cpu-py311")  # a tested one wins
+        res = envbuild("smoke", "cpu-py311", "--tag", repo, "--json", str(tmp_path / "b.json"), cwd=e2e_project)
+        assert res.returncode == 0, res.stdout + res.stderr
+        report = json.loads((tmp_path / "b.json").read_text())
+        assert (report["image"], report["ref"]) == (built_cpu["image_id"], f"{repo}:cpu-py311")
+        image.tag(repo, tag="cpu-py311")  # the tag moved (a pull): the smoke test follows it
+        res = envbuild("smoke", "cpu-py311", "--tag", repo, "--json", str(tmp_path / "c.json"), cwd=e2e_project)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert json.loads((tmp_path / "c.json").read_text())["image"] == image.id != built_cpu["built_image_id"]
+    finally:
+        for ref in (f"{repo}:cpu-py311", f"{repo}:cpu-py311-untested", image.id):  # the last tag takes the image
+            with contextlib.suppress(Exception):
+                docker_client.images.remove(ref, noprune=True)
+
+
 def test_tiny_dev_shm_is_reported_with_the_remedy(docker_client: Any, built_cpu: dict[str, Any]) -> None:
     report = host.run_in_image(docker_client, built_cpu["image_id"], gpus="none", accelerator="cpu", shm_size="1m")
     loader = _check(report, "dataloader")

@@ -50,7 +50,8 @@ def _print_smoke(report: dict[str, Any]) -> None:
     con = output.out()
     con.print(output.table(None, ["check", "result", "seconds", "detail"], rows))
     verdict = "[green]passed[/green]" if report["passed"] else "[red]FAILED[/red]: " + ", ".join(report["failed"])
-    con.print(f"smoke {verdict} in {report['seconds']:.1f}s")
+    tested = f" ({report['ref']}, {report['image'][:19]})" if report.get("ref") else ""
+    con.print(f"smoke {verdict} in {report['seconds']:.1f}s{tested}")
 
 
 @app.command()
@@ -164,8 +165,6 @@ def smoke(
     project: ProjectOpt = None,
 ) -> None:
     """Prove that an image (or this interpreter) really trains: GPU kernels, cuDNN, DDP, AMP."""
-    import json as _json
-
     from envbuild import build as b
     from envbuild import engine
     from envbuild.errors import SmokeFailed, UsageError
@@ -198,20 +197,18 @@ def smoke(
         accelerator = "cpu"
         if prof is not None:
             accelerator = prof.accelerator
-            result_file = b.build_dir(proj, prof) / "result.json"
-            image = f"{b.repository(proj, b.BuildOptions(repo=tag))}:{prof.name}"
-            if result_file.is_file():
-                image = _json.loads(result_file.read_text())["built_image_id"]
-            engine.local_image(cli, image, prof.name)  # an unknown image is a usage error, not a failed smoke run
+            # an unknown image is a usage error here, not a failed smoke run
+            ref, found = b.profile_image(cli, proj, prof, tag)
         else:
-            image = target
-            accelerator = engine.labels_of(cli, image).get("io.envbuild.accelerator", "cpu")
+            ref, found = target, engine.local_image(cli, target)
+            accelerator = (found.labels or {}).get("io.envbuild.accelerator", "cpu")
         if gpus == "auto":
             # A GPU profile asks for its GPUs even where there are none: its gpu check then fails, as it should.
             gpus = "all" if accelerator != "cpu" else "none"
         report = host.run_in_image(
-            cli, image, gpus=gpus, timeout=timeout, accelerator=accelerator, shm_size=shm_size, ipc_host=ipc_host
+            cli, found.id, gpus=gpus, timeout=timeout, accelerator=accelerator, shm_size=shm_size, ipc_host=ipc_host
         )
+        report["ref"] = ref
         if prof is not None:
             host.save_report(b.build_dir(proj, prof) / "smoke.json", report)
     if json_file:

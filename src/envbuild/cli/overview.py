@@ -163,13 +163,12 @@ def run_image(
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
     import subprocess
 
-    from envbuild import engine, runner
+    from envbuild import build, engine, runner
 
     proj = project_at(project)
     prof = load_profile(proj, name)
-    image = f"{tag or proj.config.repository}:{prof.name}"
-    # `docker run` would otherwise go looking for the image on Docker Hub and fail there.
-    engine.local_image(engine.client(), image, prof.name)
+    # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
+    image, _ = build.profile_image(engine.client(), proj, prof, tag)
     argv = runner.docker_argv(
         prof,
         image,
