@@ -75,6 +75,9 @@ def test_smoke_name_tests_the_image_its_tag_points_at(
         report = json.loads((tmp_path / "a.json").read_text())
         assert (report["image"], report["ref"]) == (image.id, f"{repo}:cpu-py311-untested")
         assert "smoke passed in" in res.stdout and f"({repo}:cpu-py311-untested, {image.id[:19]})" in res.stdout
+        res = envbuild("run", "cpu-py311", "--tag", repo, "--", "python", "-c", "print(7 * 6)", cwd=e2e_project)
+        assert res.returncode == 0 and res.stdout.strip() == "42", res.stderr  # run takes the same image
+        assert f"note: {repo}:cpu-py311-untested is a --no-smoke build" in res.stderr
         docker_client.images.get(built_cpu["image_id"]).tag(repo, tag="cpu-py311")  # a tested one wins
         res = envbuild("smoke", "cpu-py311", "--tag", repo, "--json", str(tmp_path / "b.json"), cwd=e2e_project)
         assert res.returncode == 0, res.stdout + res.stderr
