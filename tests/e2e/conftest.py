@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -39,6 +40,13 @@ def envbuild(
         check=False,
         env={**os.environ, **(env or {})},
     )
+
+
+def derived(cli: Any, base: str, *lines: str) -> Any:
+    """An image FROM `base` plus `lines`: a variant of a real build, to relabel or break."""
+    dockerfile = "\n".join([f"FROM {base}", *lines]) + "\n"
+    image, _ = cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    return image
 
 
 def at_once(cmds: list[list[str]], cwd: Path, timeout: float = 1200) -> list[tuple[int, str, str]]:

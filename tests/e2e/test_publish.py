@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ..conftest import REPO
-from .conftest import REGISTRY_PASSWORD, REGISTRY_USER, envbuild
+from .conftest import REGISTRY_PASSWORD, REGISTRY_USER, derived, envbuild
 
 pytestmark = pytest.mark.e2e
 
@@ -70,8 +70,7 @@ def test_pull_verify_rejects_a_tampered_lock_label(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str, repo_name: str
 ) -> None:
     fake = "f" * 64
-    dockerfile = f'FROM {built_cpu["image_id"]}\nLABEL io.envbuild.lock-sha256="{fake}"\n'
-    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    image = derived(docker_client, built_cpu["image_id"], f'LABEL io.envbuild.lock-sha256="{fake}"')
     repo = f"{repo_name}-tampered"
     image.tag(repo, tag="cpu-py311")
     target = f"{registry}/envbuild/tampered"
@@ -92,8 +91,7 @@ def test_pull_verify_rejects_a_tampered_lock_label(
 def test_push_refuses_an_untested_image(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str, repo_name: str
 ) -> None:
-    dockerfile = f'FROM {built_cpu["built_image_id"]}\nLABEL io.envbuild.note="built with --no-smoke"\n'
-    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    image = derived(docker_client, built_cpu["built_image_id"], 'LABEL io.envbuild.note="built with --no-smoke"')
     repo = f"{repo_name}-untested"
     image.tag(repo, tag="cpu-py311")
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from envbuild.smoke import host
 
 from ..conftest import REPO
 from ..unit.test_hardening import record
-from .conftest import envbuild
+from .conftest import derived, envbuild
 
 pytestmark = pytest.mark.e2e
 
@@ -42,13 +41,14 @@ def test_cpu_image_passes_every_required_check(docker_client: Any, built_cpu: di
 
 
 def test_numpy_that_differs_from_the_lockfile_fails_versions(docker_client: Any, built_cpu: dict[str, Any]) -> None:
-    dockerfile = (
-        f"FROM {built_cpu['image_id']}\nUSER root\n"
+    image = derived(
+        docker_client,
+        built_cpu["image_id"],
+        "USER root",
         "RUN sed -i 's/^Version: 2.1.3$/Version: 2.1.2/' "
-        "/opt/venv/lib/python3.11/site-packages/numpy-2.1.3.dist-info/METADATA\n"
-        "USER 1000:1000\n"
+        "/opt/venv/lib/python3.11/site-packages/numpy-2.1.3.dist-info/METADATA",
+        "USER 1000:1000",
     )
-    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
     try:
         report = host.run_in_image(docker_client, image.id, gpus="none", accelerator="cpu")
     finally:
@@ -65,8 +65,7 @@ def test_smoke_name_tests_the_image_its_tag_points_at(
 ) -> None:
     # What `run NAME` starts and `push NAME` publishes, built here or pulled (a marker label stands in for
     # a pulled image): not the project's last local build, which this project also has.
-    dockerfile = f'FROM {built_cpu["image_id"]}\nLABEL io.envbuild.test-marker="pulled"\n'
-    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    image = derived(docker_client, built_cpu["image_id"], 'LABEL io.envbuild.test-marker="pulled"')
     repo = f"{repo_name}-pick"
     try:
         image.tag(repo, tag="cpu-py311-untested")  # before any tested image: the --no-smoke build
@@ -104,8 +103,7 @@ def test_tiny_dev_shm_is_reported_with_the_remedy(docker_client: Any, built_cpu:
 def test_gpu_request_on_a_host_without_gpus(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path) -> None:
     # An image labelled as a CUDA build makes envbuild request GPUs from the engine (device_requests);
     # this engine has no NVIDIA runtime, and the user must hear that and what to do.
-    dockerfile = f'FROM {built_cpu["image_id"]}\nLABEL io.envbuild.accelerator="cuda"\n'
-    image, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    image = derived(docker_client, built_cpu["image_id"], 'LABEL io.envbuild.accelerator="cuda"')
     try:
         res = envbuild("smoke", image.id, "--gpus", "all", cwd=e2e_project)
     finally:
