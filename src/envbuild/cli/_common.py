@@ -41,6 +41,19 @@ def say_no_profiles(proj: Any) -> None:
     output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/: `envbuild new cu126-py312` starts one")
 
 
+def profile_table(proj: Any, as_json: bool, report: Any, columns: list[str], rows: list[list[str]]) -> bool:
+    """A per-profile command's answer: its report with --json; else its table, or, in a project
+    without profiles, how to start one. True when the table was printed (more may follow it)."""
+    if as_json:
+        output.emit_json(report)
+        return False
+    if not rows:
+        say_no_profiles(proj)
+        return False
+    output.out().print(output.table(None, columns, rows), markup=False)
+    return True
+
+
 def project_at(path: str | None) -> Any:
     from envbuild.project import open_project
 

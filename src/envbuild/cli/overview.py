@@ -13,8 +13,8 @@ from envbuild.cli._common import (
     ProjectOpt,
     app,
     load_profile,
+    profile_table,
     project_at,
-    say_no_profiles,
     size_text,
     write_or_check,
 )
@@ -34,29 +34,19 @@ def status(
         for name in names:
             proj.profile_path(name)  # an unknown name is a usage error with the list of profiles
     rows, note = status_mod.status(proj, names)
-    if as_json:
-        output.emit_json({"profiles": [r.as_dict() for r in rows], "note": note or None})
+    table = [
+        [
+            r.profile,
+            "yes" if r.valid else "no",
+            r.lockfile,
+            r.image + (f" ({r.image_ref.rsplit('/', 1)[-1]})" if r.image_ref else ""),
+            r.next or "ready",
+        ]
+        for r in rows
+    ]
+    report = {"profiles": [r.as_dict() for r in rows], "note": note or None}
+    if not profile_table(proj, as_json, report, ["profile", "valid", "lockfile", "image", "next"], table):
         return
-    if not rows:
-        say_no_profiles(proj)
-        return
-    output.out().print(
-        output.table(
-            None,
-            ["profile", "valid", "lockfile", "image", "next"],
-            [
-                [
-                    r.profile,
-                    "yes" if r.valid else "no",
-                    r.lockfile,
-                    r.image + (f" ({r.image_ref.rsplit('/', 1)[-1]})" if r.image_ref else ""),
-                    r.next or "ready",
-                ]
-                for r in rows
-            ],
-        ),
-        markup=False,
-    )
     for r in rows:
         if r.problem:
             output.err().print(f"{r.profile}: {r.problem}", markup=False)

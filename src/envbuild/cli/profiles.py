@@ -13,6 +13,7 @@ from envbuild.cli._common import (
     app,
     load_profile,
     pick_profiles,
+    profile_table,
     project_at,
     say_no_profiles,
     write_or_check,
@@ -43,29 +44,18 @@ def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
                 "readable": not ld.errors,
             }
         )
-    if as_json:
-        output.emit_json(rows)
-        return
-    if not rows:
-        say_no_profiles(proj)
-        return
-    output.out().print(
-        output.table(
-            None,
-            ["name", "accelerator", "python", "torch", "numpy", "flavor"],
-            [
-                [
-                    r["name"],
-                    r["accelerator"] + (f" {r['accelerator_version']}" if r["accelerator_version"] else ""),
-                    r["python"],
-                    r["torch"],
-                    r["numpy"],
-                    r["flavor"],
-                ]
-                for r in rows
-            ],
-        )
-    )
+    table = [
+        [
+            r["name"],
+            r["accelerator"] + (f" {r['accelerator_version']}" if r["accelerator_version"] else ""),
+            r["python"],
+            r["torch"],
+            r["numpy"],
+            r["flavor"],
+        ]
+        for r in rows
+    ]
+    profile_table(proj, as_json, rows, ["name", "accelerator", "python", "torch", "numpy", "flavor"], table)
 
 
 @app.command()
