@@ -19,8 +19,9 @@ move, `install()` does nothing and the CLI is merely slower; tests/unit/test_cli
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
 
@@ -41,14 +42,15 @@ def install() -> bool:
     @dataclass(frozen=True)
     class _PassThrough(RuntimeParam):
         descriptor: TypeDescriptor
-        built: list[Any] = field(default_factory=list, compare=False)  # typer's own, once needed
+
+        @functools.cached_property
+        def typer_param(self) -> Any:
+            return original(self.descriptor)
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             if _already_coerced(self.descriptor.annotation, value):
                 return list(value) if isinstance(value, tuple) else value
-            if not self.built:
-                self.built.append(original(self.descriptor))
-            return self.built[0]._coerce_value(value, param=param, ctx=ctx)
+            return self.typer_param._coerce_value(value, param=param, ctx=ctx)
 
     def build_runtime_param(descriptor: Any) -> Any:
         # A custom parser or a file argument has side effects or state of its own: typer's, now.

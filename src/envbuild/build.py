@@ -74,6 +74,10 @@ def repository(project: Project, opts: BuildOptions) -> str:
     return opts.repo or project.config.repository
 
 
+# The tag suffix of a `--no-smoke` build: never the profile's own tag, which only a tested image gets.
+UNTESTED = "-untested"
+
+
 def tags_for(repo: str, prof: Profile, lock_sha: str) -> tuple[str, str]:
     """(moving, immutable) tags."""
     return f"{repo}:{prof.name}", f"{repo}:{prof.name}-{lock_sha[:12]}"
@@ -89,12 +93,12 @@ def profile_image(cli: Any, project: Project, prof: Profile, repo: str | None = 
     build passed its smoke test, the newest `--no-smoke` build (REPO:NAME-untested).
 
     ImageMissing, a usage error naming REPO:NAME, when there is neither."""
-    moving = f"{repository(project, BuildOptions(repo=repo))}:{prof.name}"
+    moving = f"{repo or project.config.repository}:{prof.name}"
     try:
         return moving, engine.local_image(cli, moving, prof.name)
     except ImageMissing:
         with contextlib.suppress(ImageMissing):
-            return f"{moving}-untested", engine.local_image(cli, f"{moving}-untested", prof.name)
+            return moving + UNTESTED, engine.local_image(cli, moving + UNTESTED, prof.name)
         raise
 
 
@@ -591,7 +595,7 @@ def _build(project: Project, prof: Profile, opts: BuildOptions, say: Events) -> 
         final_id = mark_smoke_passed(cli, built, report)
     moving, immutable = tags_for(repository(project, opts), prof, facts["lock_sha256"])
     # Only a smoke-tested image may carry the profile's tags; an untested one gets its own name.
-    refs = [immutable, moving] if opts.smoke else [f"{moving}-untested"]
+    refs = [immutable, moving] if opts.smoke else [moving + UNTESTED]
     image = cli.images.get(final_id)
     for ref in refs:  # the moving tag last: it is the one users pull
         repo, tag = ref.rsplit(":", 1)

@@ -127,10 +127,6 @@ def local_image(cli: Any, ref: str, profile: str = "NAME") -> Any:
         ) from exc
 
 
-def labels_of(cli: Any, ref: str) -> dict[str, str]:
-    return dict(local_image(cli, ref).labels or {})
-
-
 # Room a cold build needs on the engine's disk: the builder stage and the image each hold the
 # environment (cu121-py311's image is 5.65 GB, cpu-py311's 1.1 GB), plus pip's downloads. ROCm's
 # wheels unpack to several times CUDA's.

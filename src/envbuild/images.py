@@ -73,7 +73,7 @@ def _canonical_source(url: str) -> str:
 
 def _moving(ref: str, profile: str) -> bool:
     """Whether `ref` (REPO:TAG, REPO may hold a registry port) is one of the profile's moving tags."""
-    return ref.rsplit("/", 1)[-1].partition(":")[2] in {profile, f"{profile}-untested"}
+    return ref.rsplit("/", 1)[-1].partition(":")[2] in {profile, profile + build_mod.UNTESTED}
 
 
 def classify(

@@ -159,7 +159,7 @@ def run_image(
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
     image, _ = build.profile_image(engine.client(), proj, prof, tag)
-    if image.endswith("-untested"):
+    if image.endswith(build.UNTESTED):
         output.err().print(f"note: {image} is a --no-smoke build; no smoke test has passed in it", markup=False)
     argv = runner.docker_argv(
         prof,
