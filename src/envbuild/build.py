@@ -377,6 +377,7 @@ def _sdk_build(
         pull=opts.pull,
         decode=True,
     )
+    pulling = engine.Transfer()  # --pull: the base image's layers come through this stream
     for chunk in stream:
         if "stream" in chunk:
             for text in log.feed(str(chunk["stream"])):
@@ -390,7 +391,9 @@ def _sdk_build(
         elif "status" in chunk:
             log.flush()
             log.line(f"{chunk.get('id', '')} {chunk['status']} {chunk.get('progress', '')}".strip())
-            say("pull", chunk.get("id", ""), chunk["status"])
+            summary = pulling.feed(chunk)
+            if summary:
+                say("transfer", "pull", summary)
         elif "aux" in chunk and "ID" in chunk["aux"]:
             image_id = chunk["aux"]["ID"]
         if "error" in chunk:

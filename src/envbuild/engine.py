@@ -87,10 +87,12 @@ def ensure_image(cli: Any, ref: str, *, pull: bool = False, events: Any = None) 
         except docker.errors.APIError as exc:
             raise BaseImageError(f"cannot inspect base image {ref}: {exc.explanation or exc}") from exc
     repo, tag = _split(ref)
+    progress = Transfer()
     try:
         for chunk in cli.api.pull(repo, tag=tag, stream=True, decode=True):
-            if events and "status" in chunk:
-                events("pull", chunk.get("id", ""), f"{chunk['status']} {chunk.get('progress', '')}".strip())
+            summary = progress.feed(chunk)
+            if events and summary:
+                events("transfer", "pull", summary)
             if "error" in chunk:
                 raise docker.errors.APIError(chunk["error"])
         return str(cli.images.get(ref).id)
@@ -100,6 +102,67 @@ def ensure_image(cli: Any, ref: str, *, pull: bool = False, events: Any = None) 
             f"base image {ref} is not present and could not be pulled: {str(answer).splitlines()[0][:300]}",
             hint=f"pull it where the registry is reachable (docker pull {ref}) or pass --base IMAGE",
         ) from exc
+
+
+# The engine's per-layer statuses that mean a layer has nothing left to move.
+_LAYER_DONE = frozenset({"Pull complete", "Already exists", "Pushed", "Layer already exists", "Mounted from"})
+# Statuses whose byte counts are the transfer itself (extracting re-reads what was downloaded).
+_LAYER_MOVING = frozenset({"Downloading", "Pushing"})
+_LAYER_QUEUED = frozenset({"Pulling fs layer", "Waiting", "Preparing"})
+
+
+class Transfer:
+    """One line of progress for a whole push or pull, from the engine's per-layer status stream.
+
+    The engine reports each layer apart ("Downloading 12MB/300MB" for three layers at once, then
+    "Extracting"), which is unreadable when relayed as it comes; people want to know how much is
+    done and whether it still moves.
+    """
+
+    def __init__(self) -> None:
+        self._status: dict[str, str] = {}
+        self._moved: dict[str, int] = {}
+        self._size: dict[str, int] = {}
+        self._extracted: dict[str, tuple[int, int]] = {}
+
+    def feed(self, chunk: dict[str, Any]) -> str | None:
+        """The summary after this chunk, or None for a chunk that is not about a layer."""
+        layer, status = str(chunk.get("id") or ""), str(chunk.get("status") or "")
+        if not layer or not status or status.startswith(("Pulling from", "The push refers to")):
+            return None
+        status = "Mounted from" if status.startswith("Mounted from") else status
+        self._status[layer] = status
+        detail = chunk.get("progressDetail") or {}
+        if status in _LAYER_MOVING and detail.get("total"):
+            self._moved[layer] = int(detail.get("current") or 0)
+            self._size[layer] = int(detail["total"])
+        elif layer in self._size and status not in _LAYER_MOVING:
+            self._moved[layer] = self._size[layer]  # downloaded or pushed in full
+        if status == "Extracting" and detail.get("total"):
+            self._extracted[layer] = (int(detail.get("current") or 0), int(detail["total"]))
+        return self.summary()
+
+    def summary(self) -> str:
+        done = sum(s in _LAYER_DONE for s in self._status.values())
+        text = f"{done} of {len(self._status)} layers done"
+        if self._size:
+            text += f", {_mb(sum(self._moved.values()))}"
+            # a layer's size is known only once it starts moving: a total before then would grow
+            if not any(s in _LAYER_QUEUED for s in self._status.values()):
+                text += f" of {_mb(sum(self._size.values()))}"
+            text += " moved"
+        # the engine unpacks one layer at a time, in order; a big one takes many seconds
+        busy = next((layer for layer, s in self._status.items() if s == "Extracting"), None)
+        if busy:
+            text += f", extracting {busy[:12]}"
+            if busy in self._extracted:
+                current, total = self._extracted[busy]
+                text += f" ({_mb(current)} of {_mb(total)})"
+        return text
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB"
 
 
 def _split(ref: str) -> tuple[str, str | None]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,16 +56,24 @@ def _transient(message: str) -> bool:
     )
 
 
-def _push_once(cli: Any, repo: str, tag: str, say: Events) -> str:
+def _follow(verb: str, chunks: Iterable[dict[str, Any]], say: Events) -> str:
+    """Relay a push or pull stream as progress; the manifest digest it reports, if any."""
+    progress = engine.Transfer()
     digest = ""
-    for chunk in cli.images.push(repo, tag=tag, stream=True, decode=True):
+    for chunk in chunks:
         if "error" in chunk:
-            raise PublishError(str(chunk.get("errorDetail", {}).get("message") or chunk["error"]))
-        if "status" in chunk:
-            say("push", chunk.get("id", ""), chunk["status"])
+            raise PublishError(str((chunk.get("errorDetail") or {}).get("message") or chunk["error"]))
+        summary = progress.feed(chunk)
+        if summary:
+            say("transfer", verb, summary)
         aux = chunk.get("aux") or {}
         if "Digest" in aux:
             digest = str(aux["Digest"])
+    return digest
+
+
+def _push_once(cli: Any, repo: str, tag: str, say: Events) -> str:
+    digest = _follow("push", cli.images.push(repo, tag=tag, stream=True, decode=True), say)
     if not digest:
         raise PublishError(f"the registry did not report a digest for {repo}:{tag}")
     return digest
@@ -148,6 +156,7 @@ def push(
     for ref in refs:  # immutable first, the moving tag last
         name, tag = ref.rsplit(":", 1)
         image.tag(name, tag=tag)
+        say("phase", "push", ref)
 
         def attempt(n: str = name, t: str = tag) -> str:
             return _push_once(cli, n, t, say)
@@ -185,13 +194,10 @@ def pull(
 
     def once() -> str:
         name, _, tag = ref.rpartition("@") if digest else ref.rpartition(":")
-        for chunk in cli.api.pull(name, tag=tag, stream=True, decode=True):
-            if "error" in chunk:
-                raise PublishError(str(chunk["error"]))
-            if "status" in chunk:
-                say("pull", chunk.get("id", ""), chunk["status"])
+        _follow("pull", cli.api.pull(name, tag=tag, stream=True, decode=True), say)
         return ref
 
+    say("phase", "pull", ref)
     _with_retries("pull", ref, once, say)
     try:
         image = cli.images.get(ref)

@@ -77,6 +77,7 @@ def test_pull_verify_rejects_a_tampered_lock_label(
     try:
         res = envbuild("push", "cpu-py311", "--tag", repo, "--registry", target, cwd=e2e_project)
         assert res.returncode == 0, res.stderr[-2000:]
+        assert f"] push: {target}:cpu-py311-" in res.stderr and f"] push: {target}:cpu-py311\n" in res.stderr
         res = envbuild("pull", "cpu-py311", "--registry", target, "--tag", repo, "--verify", cwd=e2e_project)
         assert res.returncode == 9
         local = built_cpu["labels"]["io.envbuild.lock-sha256"]
@@ -119,6 +120,7 @@ def test_registry_down_is_a_clear_error(built_cpu: dict[str, Any], e2e_project: 
     assert res.returncode == 10
     assert f"push {dead}:cpu-py311-" in res.stderr and "the registry answered:" in res.stderr
     assert "connection refused" in res.stderr.lower()
+    assert "attempt 3 failed" in res.stderr and "retrying in" in res.stderr  # a retry is not a silent pause
     assert "Traceback" not in res.stderr
 
 

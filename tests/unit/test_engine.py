@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 from collections.abc import Callable
@@ -70,3 +71,53 @@ def test_the_disk_warning_scales_with_what_the_profile_builds() -> None:
     cpu = engine.disk_note("/var/lib/docker", 10**9, "cpu")
     assert cpu is not None and "a CPU build needs about 4 GB" in cpu
     assert engine.disk_note(None, None, "cuda") is None  # nothing known, nothing said
+
+
+def _replay(verb: str) -> list[str]:
+    streams = json.loads((pathlib.Path(__file__).parent / "data" / "transfer_streams.json").read_text())
+    progress = engine.Transfer()
+    return [s for s in (progress.feed(chunk) for chunk in streams[verb]) if s]
+
+
+def test_a_push_is_summed_over_its_layers() -> None:
+    """A recorded push (two layers at once): how much of the whole moved, not one layer's bar after another's."""
+    lines = _replay("push")
+    assert lines[-1] == "2 of 2 layers done, 38 MB of 38 MB moved"
+    assert "1 of 2 layers done, 18 MB of 38 MB moved" in lines  # the small layer finished first
+    sizes = [int(line.split(", ")[1].split(" MB")[0]) for line in lines if " MB" in line]
+    assert sizes == sorted(sizes)  # never goes backwards
+    # before the second layer reports its size, no total is claimed that would grow later
+    assert lines[2] == "0 of 2 layers done, 0 MB moved"
+
+
+def test_a_pull_says_which_layer_it_is_unpacking_and_how_far() -> None:
+    lines = _replay("pull")
+    assert "0 of 2 layers done, 38 MB of 38 MB moved, extracting 8f80f89f93e0 (17 MB of 30 MB)" in lines
+    assert lines[-1] == "2 of 2 layers done, 38 MB of 38 MB moved"
+    # the stream's own chatter (Pulling from, Digest:, Status:) is not a layer
+    assert not any("Digest" in line or "Status" in line for line in lines)
+
+
+def test_retries_and_transfers_reach_the_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """push and pull used to print nothing for a minute: their events were of kinds the printer dropped."""
+    import time
+
+    from envbuild.cli._common import step_printer
+
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    events = step_printer(as_json=False)
+    events("retry", "push 127.0.0.1:5000/x:cpu", "attempt 1 failed (EOF); retrying in 1.0s")
+    events("transfer", "push", "0 of 2 layers done")  # within 2 s of the start: held back
+    err = capsys.readouterr().err
+    assert "push 127.0.0.1:5000/x:cpu: attempt 1 failed (EOF); retrying in 1.0s" in err
+    assert "layers done" not in err
+    now[0] += 2.5
+    events("transfer", "push", "1 of 2 layers done, 18 MB of 38 MB moved")
+    events("transfer", "push", "1 of 2 layers done, 19 MB of 38 MB moved")  # a line every 2 s, not every chunk
+    assert capsys.readouterr().err.strip() == "[   2.5s] push: 1 of 2 layers done, 18 MB of 38 MB moved"
+    quiet = step_printer(as_json=True)
+    quiet("retry", "push x", "attempt 1 failed")
+    assert capsys.readouterr().err == ""

@@ -85,7 +85,7 @@ def step_printer(as_json: bool) -> Any:
 
     console = output.err()
     started = _time.monotonic()
-    last_pull = [0.0]
+    last_transfer = [0.0]
 
     def events(kind: str, key: str, text: str) -> None:
         if as_json:
@@ -97,9 +97,12 @@ def step_printer(as_json: bool) -> Any:
             console.print(f"[{elapsed:6.1f}s] {key}: {text}", markup=False, highlight=False)
         elif kind == "warning":
             console.print(f"[{elapsed:6.1f}s] warning: {text}", style="yellow", markup=False, highlight=False)
-        elif kind == "pull" and elapsed - last_pull[0] > 2:
-            last_pull[0] = elapsed
-            console.print(f"[{elapsed:6.1f}s] pulling {key} {text}", markup=False, highlight=False)
+        elif kind == "retry":
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}", style="yellow", markup=False, highlight=False)
+        elif kind == "transfer" and elapsed - last_transfer[0] >= 2:
+            # a line every 2 s at most: the engine sends one per layer per megabyte or so
+            last_transfer[0] = elapsed
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}", markup=False, highlight=False)
 
     return events
 
