@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from envbuild import fetchfail, lock, lockfile, render
@@ -71,7 +72,10 @@ def create(
     python: str | None = None,
     opts: lock.LockOptions | None = None,
     force: bool = False,
+    compile_bytecode: bool = True,
+    events: Callable[[str, str, str], None] | None = None,
 ) -> dict[str, object]:
+    say = events or (lambda *_: None)
     directory = lock.require_fresh(project, prof)
     facts = probe(python) if python else probe(find_python(prof))
     platform = str(facts["machine"])
@@ -85,6 +89,8 @@ def create(
     src = render.torch_source(prof, index_url=eff.index_url, torch_index=eff.torch_index, find_links=eff.find_links)
     staging = target.with_name(f".{target.name}.envbuild-tmp")
     shutil.rmtree(staging, ignore_errors=True)
+    pins = lockfile.parse_requirements(lock_file.read_text("utf-8"))
+    say("phase", "venv", f"Python {facts['version']} from {facts['executable']}")
     try:
         # --relocatable: the venv is made under a staging name and renamed into place when complete.
         _uv(
@@ -114,13 +120,23 @@ def create(
             args += ["--extra-index-url", src.torch_index]
         for link in eff.find_links:
             args += ["--find-links", link]
+        if compile_bytecode:
+            # pip compiles on install and uv does not: without it every process that imports torch
+            # compiles its ~2,000 modules in memory again (3-4 s each here; PYTHONDONTWRITEBYTECODE,
+            # set in many CI images, stops Python from keeping the result) instead of once
+            args.append("--compile-bytecode")
+        say(
+            "phase",
+            "install",
+            f"{len(pins)} packages from {project.rel(lock_file)}, hash-checked"
+            + (", then compiled to bytecode" if compile_bytecode else ""),
+        )
         _uv(args)
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    pins = lockfile.parse_requirements(lock_file.read_text("utf-8"))
     return {
         "path": str(target),
         "python": facts["version"],

@@ -67,6 +67,15 @@ def test_cpu_profile_locks_from_wheelhouse_and_makes_a_venv(proj: Path, tmp_path
         check=True,
     )
     assert probe.stdout.split() == ["2.13.0+cpu", "2.1.3", "0.8.1"]
+    # compiled once at install, as pip would, so no process pays for it again (CI images often set
+    # PYTHONDONTWRITEBYTECODE, and then Python never keeps what it compiled)
+    site = target / "lib" / "python3.11" / "site-packages"
+    assert (site / "torch" / "__pycache__" / "__init__.cpython-311.pyc").is_file()
+    assert f"{len(pins)} packages from lockfiles/cpu-py311/requirements.lock, hash-checked, then compiled" in res.stderr
+    quick = tmp_path / "quick"
+    res = envbuild("venv", "cpu-py311", str(quick), "--find-links", WHEELS, "--no-compile", cwd=proj, timeout=900)
+    assert res.returncode == 0, res.stderr
+    assert not (quick / "lib" / "python3.11" / "site-packages" / "torch" / "__pycache__").exists()
 
 
 def test_new_profile_from_a_name_locks_against_pypi(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from envbuild.cli._common import (
     load_profile,
     pick_profiles,
     project_at,
+    step_printer,
 )
 
 
@@ -169,6 +170,9 @@ def venv(
     ] = None,
     index_url: Annotated[str | None, typer.Option(help="A PyPI mirror.")] = None,
     torch_index: Annotated[str | None, typer.Option(help="A mirror of the PyTorch index.")] = None,
+    no_compile: Annotated[
+        bool, typer.Option("--no-compile", help="Skip compiling to bytecode: faster to make, slower to import.")
+    ] = False,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -179,7 +183,16 @@ def venv(
     proj = project_at(project)
     prof = load_profile(proj, name)
     opts = lk.LockOptions(index_url=index_url, torch_index=torch_index, find_links=tuple(find_links or ()))
-    result = vv.create(proj, prof, directory, python=python, opts=opts, force=force)
+    result = vv.create(
+        proj,
+        prof,
+        directory,
+        python=python,
+        opts=opts,
+        force=force,
+        compile_bytecode=not no_compile,
+        events=step_printer(as_json),
+    )
     if as_json:
         output.emit_json(result)
     else:
