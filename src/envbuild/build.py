@@ -537,6 +537,10 @@ def context_only(project: Project, prof: Profile, opts: BuildOptions, events: Ev
 
 def build(project: Project, prof: Profile, opts: BuildOptions, events: Events | None = None) -> BuildResult:
     say = events or (lambda *_: None)
+    if opts.smoke:
+        from envbuild.smoke import host
+
+        host.check_gpus(opts.smoke_gpus)  # a typo found after a two-minute build is found too late
     with exclusive(project, prof.name, say):
         return _build(project, prof, opts, say)
 
@@ -583,9 +587,7 @@ def _build(project: Project, prof: Profile, opts: BuildOptions, say: Events) -> 
 
         say("phase", "smoke", "running the smoke test in the image")
         t1 = time.monotonic()
-        gpus = opts.smoke_gpus
-        if gpus == "auto":
-            gpus = "all" if prof.accelerator != "cpu" and host.host_has_gpu(prof.accelerator) else "none"
+        gpus = host.gpus_for(opts.smoke_gpus, prof.accelerator, absent_ok=True)
         report = host.run_in_image(cli, built, gpus=gpus, timeout=opts.smoke_timeout, accelerator=prof.accelerator)
         host.save_report(build_dir(project, prof) / "smoke.json", report)
         timings["smoke"] = time.monotonic() - t1

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from envbuild.errors import UsageError
 from envbuild.profile import Profile
+from envbuild.smoke import host
 
 
 def docker_argv(
@@ -30,8 +31,9 @@ def docker_argv(
         argv += ["-it"]
     else:
         argv += ["-i"]
+    gpus = host.gpus_for(gpus, prof.accelerator, absent_ok=False)
     if prof.accelerator == "cuda" and gpus != "none":
-        argv += ["--gpus", "all" if gpus in {"auto", "all"} else gpus]
+        argv += ["--gpus", gpus]
     elif prof.accelerator == "rocm" and gpus != "none":
         argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
     argv += ["--ipc=host"] if ipc_host else ["--shm-size", shm_size]

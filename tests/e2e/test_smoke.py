@@ -118,12 +118,12 @@ def _smoke_containers(docker_client: Any, image: str) -> list[Any]:
     return list(docker_client.containers.list(all=True, filters={"label": f"{host.SMOKE_LABEL}={image}"}))
 
 
-def _sigterm_when(cmd: list[str], ready: Callable[[], bool], what: str, wait: float) -> tuple[int, str]:
-    """Start `cmd`, send it SIGTERM once `ready()` holds; its exit code and stderr."""
+def _sigterm_when(cmd: list[str], ready: Callable[[int], bool], what: str, wait: float) -> tuple[int, str]:
+    """Start `cmd`, send it SIGTERM once `ready(its pid)` holds; its exit code and stderr."""
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + wait
-        while not ready():
+        while not ready(proc.pid):
             assert proc.poll() is None, f"the run ended before {what}"
             assert time.monotonic() < deadline, f"{what}: not within {wait:.0f}s"
             time.sleep(0.2)
@@ -140,7 +140,7 @@ def test_sigterm_during_a_smoke_run_removes_its_container(docker_client: Any, bu
     try:
         code, err = _sigterm_when(
             [sys.executable, "-m", "envbuild", "smoke", image, "--gpus", "none"],
-            lambda: any(c.status == "running" for c in _smoke_containers(docker_client, image)),
+            lambda _: any(c.status == "running" for c in _smoke_containers(docker_client, image)),
             "the smoke container ran",
             wait=60,
         )
@@ -224,24 +224,15 @@ def _tree(root: int, procs: dict[int, tuple[str, int, str]]) -> set[tuple[int, s
     return members
 
 
-def _find_process(needle: str) -> int | None:
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if needle in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                return int(cmdline.parent.name)
-        except OSError:
-            continue
-    return None
-
-
 def test_sigterm_during_local_mode_stops_every_rank(cpu_venv: Path) -> None:
     python = str(cpu_venv / "bin" / "python")
     running: set[tuple[int, str]] = set()
 
-    def ranks_run() -> bool:  # smoke + forkserver + ranks
+    def ranks_run(cli: int) -> bool:  # envbuild + the smoke module + forkserver + 2 ranks
         nonlocal running
-        smoke = _find_process("smoke/inside.py --expect")
-        running = _tree(smoke, _processes()) if smoke else set()
+        # this run's processes only: another smoke run on the machine (a test suite alongside) is not ours
+        tree = _tree(cli, _processes())
+        running = tree - {(pid, start) for pid, start in tree if pid == cli}
         return len(running) >= 4
 
     code, err = _sigterm_when(

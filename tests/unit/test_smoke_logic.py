@@ -7,12 +7,14 @@ kernels themselves run on a GPU host (scripts/host_smoke.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 import pytest
 
 from envbuild.smoke.host import stale_since
 from envbuild.smoke.inside import arch_covers, driver_verdict, version_tuple
+from tests.conftest import Result
 
 # torch 2.11 +cu130's list as reported by torch.cuda.get_arch_list(), and an older cu118 one
 CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
@@ -88,3 +90,32 @@ def test_unset_or_unreadable_times_are_not_stale() -> None:
     assert stale_since({"State": {"Status": "exited", "FinishedAt": "soon"}}) is None
     assert stale_since({"State": {"Status": "paused"}}) is None
     assert stale_since({}) is None
+
+
+@pytest.mark.parametrize("command", [["smoke", "cpu-py311"], ["build", "cpu-py311"], ["run", "cpu-py311"]])
+@pytest.mark.parametrize("value", ["foo", "0", "-1", "2.5", ""])
+def test_a_bad_gpus_value_is_a_usage_error_before_any_work(
+    cli: Callable[..., Result], command: list[str], value: str
+) -> None:
+    """It used to pass unnoticed: `smoke --gpus foo` reported a pass, `build --gpus foo` built for minutes first."""
+    res = cli(*command, "--gpus", value)
+    assert res.code == 2, res.err
+    assert f"--gpus {value!r}: not auto, all, none or a number of GPUs" in res.err
+    assert "e.g. --gpus all" in res.err
+
+
+def test_gpus_auto_means_every_gpu_unless_a_build_runs_on_a_host_without_any(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from envbuild.smoke import host
+
+    monkeypatch.setattr(host, "host_has_gpu", lambda accelerator: False)
+    # asked for directly, a CUDA profile asks for its GPUs and fails its gpu check here
+    assert host.gpus_for("auto", "cuda", absent_ok=False) == "all"
+    # a build on a CPU runner tests the rest; the image's smoke.gpu label says "skip"
+    assert host.gpus_for("auto", "cuda", absent_ok=True) == "none"
+    assert host.gpus_for("auto", "rocm", absent_ok=True) == "none"
+    assert host.gpus_for("2", "cuda", absent_ok=True) == "2"  # an explicit count is never second-guessed
+    assert host.gpus_for("all", "cpu", absent_ok=False) == "none"  # a CPU image has no GPU to be given
+    monkeypatch.setattr(host, "host_has_gpu", lambda accelerator: True)
+    assert host.gpus_for("auto", "cuda", absent_ok=True) == "all"

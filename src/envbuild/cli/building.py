@@ -74,7 +74,9 @@ def build(
     no_smoke: Annotated[
         bool, typer.Option("--no-smoke", help="Skip the smoke test (the image gets no smoke label).")
     ] = False,
-    gpus: Annotated[str, typer.Option(help="Smoke test GPUs: auto, all, none or a count.")] = "auto",
+    gpus: Annotated[
+        str, typer.Option(help="Smoke test GPUs: auto (all, or none on a host without any), all, none or a count.")
+    ] = "auto",
     smoke_timeout: Annotated[
         float, typer.Option("--smoke-timeout", help="Seconds the smoke test may take before it fails.")
     ] = 600.0,
@@ -155,7 +157,9 @@ def smoke(
     target: Annotated[str | None, typer.Argument(help="A profile name or an image reference.")] = None,
     local: Annotated[bool, typer.Option("--local", help="Run the checks in an interpreter here, no Docker.")] = False,
     python: Annotated[str | None, typer.Option(help="--local: the interpreter (default: this one).")] = None,
-    gpus: Annotated[str, typer.Option(help="all, none or a count (auto: all when the host has GPUs).")] = "auto",
+    gpus: Annotated[
+        str, typer.Option(help="auto (all; a GPU profile fails its gpu check on a host without any), none or a count.")
+    ] = "auto",
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the JSON report here.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the whole run is stopped.")] = 600.0,
     shm_size: Annotated[str, typer.Option(help="Size of the container's shared memory (shm).")] = "2g",
@@ -165,13 +169,10 @@ def smoke(
     project: ProjectOpt = None,
 ) -> None:
     """Prove that an image (or this interpreter) really trains: GPU kernels, cuDNN, DDP, AMP."""
-    from envbuild import build as b
-    from envbuild import engine
     from envbuild.errors import SmokeFailed, UsageError
     from envbuild.smoke import host
 
     _check_positive_seconds("--timeout", timeout, 600)
-
     proj = project_at(project)
     prof = None
     if (target and (proj.profiles_dir / f"{target}.yaml").is_file()) or (target and target.endswith((".yaml", ".yml"))):
@@ -179,38 +180,13 @@ def smoke(
     if local:
         if prof is None:
             raise UsageError("--local needs a profile name", hint="envbuild smoke --local cpu-py311")
-        if lock_match not in {"exact", "pins", "none"}:
-            raise UsageError(f"--lock-match {lock_match!r}: use exact, pins or none")
-        from envbuild import lock as lk
-
-        # `none` checks the interpreter against the profile alone: a GPU host's own torch install
-        # has no lockfile of envbuild's to compare with
-        lock_file = None if lock_match == "none" else lk.require_fresh(proj, prof) / "requirements.lock"
-        expect = b.expectations(prof, lock_file)
-        report = host.run_local(
-            expect, python=python, gpus=gpus, timeout=min(timeout, 300), lock_match=lock_match, wall_timeout=timeout
-        )
+        report = host.smoke_profile_here(proj, prof, python=python, gpus=gpus, timeout=timeout, lock_match=lock_match)
     else:
         if target is None:
             raise UsageError("name a profile or an image")
-        cli = engine.client()
-        accelerator = "cpu"
-        if prof is not None:
-            accelerator = prof.accelerator
-            # an unknown image is a usage error here, not a failed smoke run
-            ref, found = b.profile_image(cli, proj, prof, tag)
-        else:
-            ref, found = target, engine.local_image(cli, target)
-            accelerator = (found.labels or {}).get("io.envbuild.accelerator", "cpu")
-        if gpus == "auto":
-            # A GPU profile asks for its GPUs even where there are none: its gpu check then fails, as it should.
-            gpus = "all" if accelerator != "cpu" else "none"
-        report = host.run_in_image(
-            cli, found.id, gpus=gpus, timeout=timeout, accelerator=accelerator, shm_size=shm_size, ipc_host=ipc_host
+        report = host.smoke_image(
+            proj, target, prof, repo=tag, gpus=gpus, timeout=timeout, shm_size=shm_size, ipc_host=ipc_host
         )
-        report["ref"] = ref
-        if prof is not None:
-            host.save_report(b.build_dir(proj, prof) / "smoke.json", report)
     if json_file:
         host.save_report(json_file, report)
     _print_smoke(report)

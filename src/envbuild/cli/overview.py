@@ -143,7 +143,7 @@ def run_image(
     ctx: typer.Context,
     name: str,
     tag: Annotated[str | None, typer.Option("--tag", help="Image repository (as build --tag named it).")] = None,
-    gpus: Annotated[str, typer.Option(help="all, none or a count.")] = "auto",
+    gpus: Annotated[str, typer.Option(help="auto (a GPU profile's: all), all, none or a count.")] = "auto",
     ipc_host: Annotated[
         bool, typer.Option("--ipc-host", help="Share the host's IPC namespace (NCCL, DataLoader).")
     ] = False,
@@ -154,7 +154,9 @@ def run_image(
     import subprocess
 
     from envbuild import build, engine, runner
+    from envbuild.smoke import host
 
+    host.check_gpus(gpus)
     proj = project_at(project)
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.

@@ -12,10 +12,14 @@ import sys
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envbuild.errors import SmokeError
+from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
+
+if TYPE_CHECKING:
+    from envbuild.profile import Profile
+    from envbuild.project import Project
 
 SHM_SIZE = "2g"
 # Every smoke container carries this label (value: the image), so leftovers can be found. Not
@@ -29,6 +33,32 @@ def host_has_gpu(accelerator: str) -> bool:
     if accelerator == "rocm":
         return Path("/dev/kfd").exists()
     return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
+
+
+def check_gpus(value: str) -> None:
+    """`--gpus`: auto, all, none or a number of GPUs; anything else is a usage error, before any work."""
+    if value in {"auto", "all", "none"} or (value.isdigit() and int(value) > 0):
+        return
+    raise UsageError(
+        f"--gpus {value!r}: not auto, all, none or a number of GPUs",
+        hint="e.g. --gpus all, or --gpus 2 for the first two, or --gpus none to skip the GPU checks",
+    )
+
+
+def gpus_for(value: str, accelerator: str, *, absent_ok: bool) -> str:
+    """What to ask for: "none", "all" or a count.
+
+    "auto" is every GPU of the host. Asked for directly (`smoke`, `run`), a GPU profile asks
+    for them even on a host without any, so its gpu check fails there as it should. A build's
+    own smoke test (`absent_ok`) checks the rest instead, so GPU images can be built on CPU
+    runners; the image's io.envbuild.smoke.gpu label then says "skip".
+    """
+    check_gpus(value)
+    if accelerator == "cpu":
+        return "none"
+    if value == "auto":
+        return "none" if absent_ok and not host_has_gpu(accelerator) else "all"
+    return value
 
 
 def _gpu_kwargs(accelerator: str, gpus: str) -> dict[str, Any]:
@@ -227,6 +257,73 @@ def run_local(
             hint="does that interpreter have torch and numpy?",
         ) from exc
     report["exit_code"] = proc.returncode
+    return report
+
+
+def smoke_profile_here(
+    project: Project,
+    prof: Profile,
+    *,
+    python: str | None = None,
+    gpus: str = "auto",
+    timeout: float = 600.0,
+    lock_match: str = "pins",
+) -> dict[str, Any]:
+    """`smoke --local NAME`: the profile's checks in an interpreter on this machine."""
+    from envbuild import build, lock
+
+    if lock_match not in {"exact", "pins", "none"}:
+        raise UsageError(f"--lock-match {lock_match!r}: use exact, pins or none")
+    # `none` checks the interpreter against the profile alone: a GPU host's own torch install
+    # has no lockfile of envbuild's to compare with
+    lock_file = None if lock_match == "none" else lock.require_fresh(project, prof) / "requirements.lock"
+    return run_local(
+        build.expectations(prof, lock_file),
+        python=python,
+        gpus=gpus_for(gpus, prof.accelerator, absent_ok=False),
+        timeout=min(timeout, 300),
+        lock_match=lock_match,
+        wall_timeout=timeout,
+    )
+
+
+def smoke_image(
+    project: Project,
+    target: str,
+    prof: Profile | None,
+    *,
+    repo: str | None = None,
+    gpus: str = "auto",
+    timeout: float = 600.0,
+    shm_size: str | None = SHM_SIZE,
+    ipc_host: bool = False,
+) -> dict[str, Any]:
+    """`smoke NAME|IMAGE`: a profile's image (as `build.profile_image` finds it) or any image.
+
+    A profile's report is also kept next to its build log, where `status` and a person look."""
+    from envbuild import build, engine
+
+    check_gpus(gpus)
+    cli = engine.client()
+    if prof is not None:
+        # an unknown image is a usage error here, not a failed smoke run
+        ref, found = build.profile_image(cli, project, prof, repo)
+        accelerator = prof.accelerator
+    else:
+        ref, found = target, engine.local_image(cli, target)
+        accelerator = (found.labels or {}).get(f"{build.LABEL_NS}.accelerator", "cpu")
+    report = run_in_image(
+        cli,
+        found.id,
+        gpus=gpus_for(gpus, accelerator, absent_ok=False),
+        timeout=timeout,
+        accelerator=accelerator,
+        shm_size=shm_size,
+        ipc_host=ipc_host,
+    )
+    report["ref"] = ref
+    if prof is not None:
+        save_report(build.build_dir(project, prof) / "smoke.json", report)
     return report
 
 
