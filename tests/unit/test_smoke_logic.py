@@ -119,3 +119,19 @@ def test_gpus_auto_means_every_gpu_unless_a_build_runs_on_a_host_without_any(
     assert host.gpus_for("all", "cpu", absent_ok=False) == "none"  # a CPU image has no GPU to be given
     monkeypatch.setattr(host, "host_has_gpu", lambda accelerator: True)
     assert host.gpus_for("auto", "cuda", absent_ok=True) == "all"
+
+
+@pytest.mark.parametrize("command", [["smoke", "cpu-py311"], ["run", "cpu-py311"]])
+@pytest.mark.parametrize("value", ["lots", "0", "2x", ""])
+def test_a_bad_shm_size_is_a_usage_error(cli: Callable[..., Result], command: list[str], value: str) -> None:
+    """`smoke --shm-size lots` was exit 70, "a bug in envbuild", with docker-py's exception as its text."""
+    res = cli(*command, "--shm-size", value)
+    assert res.code == 2, res.err
+    assert f"--shm-size {value!r}: not a size" in res.err and "e.g. --shm-size 2g" in res.err
+
+
+@pytest.mark.parametrize("value", ["2g", "512m", "1.5G", "2GB", "1073741824"])
+def test_sizes_the_engine_reads_are_accepted(value: str) -> None:
+    from envbuild.smoke import host
+
+    host.check_shm_size(value)

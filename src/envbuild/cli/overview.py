@@ -157,6 +157,8 @@ def run_image(
     from envbuild.smoke import host
 
     host.check_gpus(gpus)
+    if not ipc_host:
+        host.check_shm_size(shm_size)
     proj = project_at(project)
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.

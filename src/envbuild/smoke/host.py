@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -43,6 +44,18 @@ def check_gpus(value: str) -> None:
         f"--gpus {value!r}: not auto, all, none or a number of GPUs",
         hint="e.g. --gpus all, or --gpus 2 for the first two, or --gpus none to skip the GPU checks",
     )
+
+
+# What both docker-py and the docker CLI read as a size: a number, then b, k, m or g (and an optional b).
+_SIZE_RE = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?:[bkmg]b?)?", re.IGNORECASE)
+
+
+def check_shm_size(value: str) -> None:
+    """`--shm-size`: a size the engine reads; anything else is a usage error, not the SDK's exception."""
+    m = _SIZE_RE.fullmatch(value.strip())
+    if m and float(m["n"]) > 0:
+        return
+    raise UsageError(f"--shm-size {value!r}: not a size", hint="e.g. --shm-size 2g (a number, then b, k, m or g)")
 
 
 def gpus_for(value: str, accelerator: str, *, absent_ok: bool) -> str:
@@ -304,6 +317,8 @@ def smoke_image(
     from envbuild import build, engine
 
     check_gpus(gpus)
+    if shm_size is not None and not ipc_host:
+        check_shm_size(shm_size)
     cli = engine.client()
     if prof is not None:
         # an unknown image is a usage error here, not a failed smoke run
