@@ -171,6 +171,10 @@ class VerifyError(PublishError):
     """A pulled image does not match the local profile or lockfile."""
 
 
+class WriteFailed(EnvbuildError):
+    """A file envbuild writes could not be written (a read-only or missing folder, a full disk)."""
+
+
 # The single mapping from error type to exit code. Order matters: subclasses first.
 _EXIT_CODES: tuple[tuple[type[EnvbuildError], int], ...] = (
     (LockCheckFailed, 1),
@@ -188,6 +192,7 @@ _EXIT_CODES: tuple[tuple[type[EnvbuildError], int], ...] = (
     (SmokeError, 8),
     (VerifyError, 9),
     (PublishError, 10),
+    (WriteFailed, 11),
     (CompatDataError, 70),
 )
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+from envbuild.errors import WriteFailed
 
 
 def atomic_write_many(files: dict[Path, str]) -> list[Path]:
@@ -16,6 +19,7 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
     kill before that point leaves the previous versions untouched.
     """
     staged: list[tuple[Path, Path]] = []
+    path = Path()
     try:
         for path, text in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -30,11 +34,27 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
             staged.append((Path(tmp_name), path))
         for tmp, path in staged:
             os.replace(tmp, path)
+    except OSError as exc:
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:  # mkdir says "File exists", open says "Not a directory"
+            raise WriteFailed(
+                f"cannot write {path}: {blocker} is a file, not a folder",
+                hint=f"move {blocker} out of the way, or choose another path",
+            ) from exc
+        raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}", hint=_write_hint(exc, path)) from exc
     finally:
         for tmp, _ in staged:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
     return [path for _, path in staged]
+
+
+def _write_hint(exc: OSError, path: Path) -> str:
+    if exc.errno in {errno.ENOSPC, errno.EDQUOT}:
+        return f"free some space on the filesystem that holds {path.parent} (nothing was half-written)"
+    if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
+        return f"{path.parent} is not writable for this user: choose another place or fix its permissions"
+    return f"choose a path in a folder that exists and can be written ({path.parent})"
 
 
 def sha256_file(path: Path) -> str:

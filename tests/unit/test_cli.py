@@ -257,3 +257,29 @@ def test_profile_errors_carry_their_diagnostics_in_json(
     error = json.loads(res.out)["error"]
     assert error["type"] == "ProfileError"
     assert any(d["field"] == "cuda" and d["line"] == 3 and d["severity"] == "error" for d in error["diagnostics"])
+
+
+@pytest.mark.parametrize("command", [["render", "cpu-py311", "-o"], ["schema", "-o"], ["ci", "github", "-o"]])
+def test_an_output_path_that_cannot_be_written_is_named_with_a_fix(
+    cli: Cli, project: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """These were exit 70, "a bug in envbuild", with a FileNotFoundError for a temp file envbuild had made up."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    target = blocker / "out"  # below a file: no user, root included, can create it
+    args = [*command, str(target)]
+    if command[0] != "schema":
+        args += ["--project", str(project)]
+    res = cli(*args)
+    assert res.code == 11, res.err
+    assert f"cannot write {target}" in res.err and f"{blocker} is a file, not a folder" in res.err
+    assert f"fix: move {blocker} out of the way, or choose another path" in res.err
+    assert "Traceback" not in res.err and "bug in envbuild" not in res.err
+    assert blocker.read_text() == "not a folder\n"
+
+
+def test_a_missing_folder_that_cannot_be_made_says_so(cli: Cli) -> None:
+    res = cli("schema", "-o", "/proc/no-such-folder/schema.json")  # /proc takes no new folders
+    assert res.code == 11, res.err
+    assert "cannot write /proc/no-such-folder/schema.json: No such file or directory" in res.err
+    assert "fix: choose a path in a folder that exists and can be written (/proc/no-such-folder)" in res.err
