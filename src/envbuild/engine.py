@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from envbuild.errors import BaseImageError, EngineUnavailable, ImageMissing
+from envbuild.errors import BaseImageError, EngineUnavailable, ImageMissing, UsageError
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
@@ -188,6 +188,12 @@ def local_image(cli: Any, ref: str, profile: str = "NAME") -> Any:
             f"no image {ref} in the engine",
             hint=f"build it (envbuild build {profile}) or pull it (envbuild pull {profile})",
         ) from exc
+    except docker.errors.APIError as exc:
+        if "invalid reference format" in str(exc):
+            raise UsageError(
+                f"{ref!r} is not an image reference", hint="an image ID (sha256:...) or NAME:TAG, in lower case"
+            ) from exc
+        raise EngineUnavailable(f"the engine could not look up {ref}: {exc.explanation or exc}") from exc
 
 
 # Room a cold build needs on the engine's disk: the builder stage and the image each hold the

@@ -25,6 +25,7 @@ from pydantic_core import CoreSchema, core_schema
 
 from envbuild.errors import ProfileError
 from envbuild.profilefile import Loaded, read_raw
+from envbuild.refs import IMAGE_RE, REGISTRY_RE
 
 NAME_RE = re.compile(r"^(cpu|cu\d{3}|rocm\d{2,3})-py3\d{1,2}(-[a-z0-9]+)*$")
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
@@ -34,11 +35,6 @@ ROCM_RE = re.compile(r"^\d\.\d(\.\d)?$")
 APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,127}(=[A-Za-z0-9.+:~-]{1,64})?$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 URL_RE = re.compile(r"^(https?|file)://[^\s\"'`$\\]+$")
-# Docker's reference grammar (distribution/reference), lower-cased path components.
-_COMP = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
-_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::\d+)?)"
-IMAGE_RE = re.compile(rf"^(?:{_DOMAIN}/)?{_COMP}(?:/{_COMP})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?$")
 # Pinned by dedicated fields; a second pin in `packages` would fight them.
 PINNED_ELSEWHERE = {"torch", "torchvision", "torchaudio", "numpy"}
 MAX_TEXT = 512
@@ -161,7 +157,6 @@ EnvVars = Annotated[dict[str, str], AfterValidator(_env), _schema(propertyNames=
 Url = Annotated[str, _Pattern(URL_RE, "an http(s):// or file:// URL", '"https://pypi.example/simple"')]
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 MATCH_SPEC_RE = re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$")
-REGISTRY_RE = re.compile(rf"^{_DOMAIN}(?:/{_COMP})*$")
 
 
 _REQUIRED: Any = ...

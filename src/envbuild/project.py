@@ -135,6 +135,11 @@ def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
         raise UsageError(
             f"{config_path}: " + "; ".join(problems), hint="see README 'Project configuration' for the keys"
         )
+    from envbuild import refs
+
+    # a bad name would otherwise surface only when the engine refuses a tag, after a whole build
+    refs.check(f"{config_path}: repository", raw.get("repository"), "repository")
+    refs.check(f"{config_path}: registry", raw.get("registry"), "registry")
     return ProjectConfig(**raw)
 
 

@@ -205,11 +205,11 @@ def test_project_config_validated_strictly(project: Path, cli: Cli) -> None:
     assert "repository: expected a string, got bool True" in res.err
     (project / "envbuild.toml").write_text("[envbuild]\nlock_jobs = true\n")
     assert "lock_jobs: expected an integer, got bool True" in cli("list", "--project", str(project)).err
-    (project / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000"\nfind_links = ["/w"]\n')
+    (project / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000/envs"\nfind_links = ["/w"]\n')
     from envbuild.project import open_project
 
     config = open_project(str(project)).config
-    assert config.registry == "localhost:5000" and config.find_links == ["/w"] and config.lock_jobs == 4
+    assert config.registry == "localhost:5000/envs" and config.find_links == ["/w"] and config.lock_jobs == 4
 
 
 def test_fast_option_parsing_keeps_typer_conversions_and_errors(cli: Cli, project: Path) -> None:
@@ -283,3 +283,38 @@ def test_a_missing_folder_that_cannot_be_made_says_so(cli: Cli) -> None:
     assert res.code == 11, res.err
     assert "cannot write /proc/no-such-folder/schema.json: No such file or directory" in res.err
     assert "fix: choose a path in a folder that exists and can be written (/proc/no-such-folder)" in res.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["push", "cpu-py311", "--registry", "bad ref!"], "--registry 'bad ref!' is not a registry path"),
+        (["push", "cpu-py311", "--registry", "localhost:5000"], "--registry 'localhost:5000' is not a registry path"),
+        (["pull", "cpu-py311", "--registry", "ghcr.io/Acme"], "--registry 'ghcr.io/Acme' is not a registry path"),
+        (["pull", "cpu-py311", "--registry", "ghcr.io/a", "--digest", "latest"], "--digest 'latest' is not a manifest"),
+        (["build", "cpu-py311", "--tag", "Team/Envs"], "--tag 'Team/Envs' is not an image repository"),
+        (["build", "cpu-py311", "--tag", "envs:v1"], "--tag 'envs:v1' is not an image repository"),
+        (["smoke", "cpu-py311", "--tag", "a b"], "--tag 'a b' is not an image repository"),
+        (["run", "cpu-py311", "--tag", "a b"], "--tag 'a b' is not an image repository"),
+        (["push", "cpu-py311", "--tag", "A"], "--tag 'A' is not an image repository"),
+        (["matrix", "--format", "bake", "--tag", "A"], "--tag 'A' is not an image repository"),
+    ],
+)
+def test_a_malformed_image_name_is_refused_before_the_engine_is_asked(
+    cli: Cli, project: Path, args: list[str], message: str
+) -> None:
+    """`push --registry "bad ref!"` and `run --tag "bad tag!"` were exit 70 with the engine's HTTP 400/500
+    text; `build --tag Team/Envs` failed only when the finished image was tagged."""
+    res = cli(*args, "--project", str(project))
+    assert res.code == 2, res.err
+    assert message in res.err and "fix: write e.g." in res.err
+
+
+def test_envbuild_toml_image_names_are_checked_when_the_project_opens(cli: Cli, project: Path) -> None:
+    (project / "envbuild.toml").write_text('[envbuild]\nrepository = "Team Envs"\n')
+    res = cli("list", "--project", str(project))
+    assert res.code == 2
+    assert "envbuild.toml: repository 'Team Envs' is not an image repository (lower case, no tag)" in res.err
+    (project / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000"\n')
+    res = cli("list", "--project", str(project))
+    assert res.code == 2 and "envbuild.toml: registry 'localhost:5000' is not a registry path" in res.err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envbuild import fsutil, lock, lockfile, lockverify, profile, render
-from envbuild.errors import LockError
+from envbuild.errors import LockError, WriteFailed
 from envbuild.lockfile import Pin
 from envbuild.project import open_project
 
@@ -180,11 +181,15 @@ def test_atomic_write_many_leaves_old_file_on_failure(tmp_path: Path, monkeypatc
 
     def fail_replace(src: str, dst: str) -> None:
         calls.append(dst)
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail_replace)
-    with pytest.raises(OSError):
+    with pytest.raises(WriteFailed) as failed:
         fsutil.atomic_write_many({target: "new\n"})
+    assert str(failed.value) == (
+        f"cannot write {target}: No space left on device\n"
+        f"  fix: free some space on the filesystem that holds {tmp_path} (nothing was half-written)"
+    )
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["requirements.lock"]
 

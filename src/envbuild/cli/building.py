@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
-from envbuild import output
+from envbuild import output, refs
 from envbuild.cli._common import (
     JsonOpt,
     ProfilesArg,
@@ -23,16 +23,6 @@ def _check_positive_seconds(option: str, value: float, example: int) -> None:
 
     if value <= 0:
         raise UsageError(f"{option} {value:g}: must be a positive number of seconds", hint=f"e.g. {option} {example}")
-
-
-def _check_image_ref(option: str, value: str | None) -> None:
-    from envbuild.errors import UsageError
-    from envbuild.profile import IMAGE_RE
-
-    if value is not None and not IMAGE_RE.fullmatch(value):
-        raise UsageError(
-            f"{option} {value!r} is not an image reference", hint='write e.g. "ubuntu:22.04@sha256:<digest>"'
-        )
 
 
 def _print_smoke(report: dict[str, Any]) -> None:
@@ -93,7 +83,8 @@ def build(
 
     if builder not in {"docker", "buildkit"}:
         raise UsageError(f"--builder {builder}: unknown", hint="use docker or buildkit")
-    _check_image_ref("--base", base)
+    refs.check("--base", base, "image")
+    refs.check("--tag", tag, "repository")
     _check_positive_seconds("--smoke-timeout", smoke_timeout, 900)
     proj = project_at(project)
     prof = load_profile(proj, name)
@@ -173,6 +164,7 @@ def smoke(
     from envbuild.smoke import host
 
     _check_positive_seconds("--timeout", timeout, 600)
+    refs.check("--tag", tag, "repository")
     proj = project_at(project)
     prof = None
     if (target and (proj.profiles_dir / f"{target}.yaml").is_file()) or (target and target.endswith((".yaml", ".yml"))):

@@ -61,9 +61,10 @@ def matrix_(
     project: ProjectOpt = None,
 ) -> None:
     """The shipped profiles as a CI matrix (GitHub Actions, JSON) or a docker-bake.json."""
-    from envbuild import ci
+    from envbuild import ci, refs
     from envbuild.errors import UsageError
 
+    refs.check("--tag", tag, "repository")
     proj = project_at(project)
     if fmt == "github":
         sys.stdout.write(__import__("json").dumps(ci.github_matrix(proj), separators=(",", ":")) + "\n")
@@ -153,10 +154,11 @@ def run_image(
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
     import subprocess
 
-    from envbuild import build, engine, runner
+    from envbuild import build, engine, refs, runner
     from envbuild.smoke import host
 
     host.check_gpus(gpus)
+    refs.check("--tag", tag, "repository")
     if not ipc_host:
         host.check_shm_size(shm_size)
     proj = project_at(project)

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from envbuild import output
+from envbuild import output, refs
 from envbuild.cli._common import (
     JsonOpt,
     ProjectOpt,
@@ -25,6 +25,9 @@ def push(
 ) -> None:
     """Push a smoke-tested image as REGISTRY/PATH:NAME and :NAME-<lock digest>."""
     from envbuild import publish
+
+    refs.check("--tag", tag, "repository")
+    refs.check("--registry", registry, "registry")
 
     proj = project_at(project)
     res = publish.push(proj, load_profile(proj, name), repo=tag, registry=registry, events=step_printer(as_json))
@@ -54,6 +57,9 @@ def pull(
     """Pull a profile's published image and compare it with the local profile and lockfile."""
     from envbuild import publish
 
+    refs.check("--tag", tag, "repository")
+    refs.check("--registry", registry, "registry")
+    refs.check("--digest", digest, "digest")
     proj = project_at(project)
     res = publish.pull(
         proj,

@@ -1,0 +1,39 @@
+"""Image references as Docker reads them, checked before the engine is asked.
+
+The engine answers a malformed reference with "invalid reference format" only once a build, a tag
+or a push reaches it; checked here, the option or setting is named before any work starts.
+Kept free of pydantic: `envbuild.toml` is read by every command, `list` and `--help` included.
+"""
+
+from __future__ import annotations
+
+import re
+
+from envbuild.errors import UsageError
+
+# Docker's reference grammar (distribution/reference), lower-cased path components.
+_COMP = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::\d+)?)"
+IMAGE_RE = re.compile(rf"^(?:{_DOMAIN}/)?{_COMP}(?:/{_COMP})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?$")
+# Where images are pushed: a host, then a path envbuild adds `:NAME` tags to. The path is required:
+# `localhost:5000` alone would make `localhost:5000:cpu-py311`, which is not a reference at all.
+REGISTRY_RE = re.compile(rf"^{_DOMAIN}(?:/{_COMP})+$")
+# A local image repository (`build --tag`, envbuild.toml's `repository`): no tag, no digest.
+REPOSITORY_RE = re.compile(rf"^(?:{_DOMAIN}/)?{_COMP}(?:/{_COMP})*$")
+
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+_KINDS = {
+    "image": (IMAGE_RE, "an image reference", "ubuntu:22.04@sha256:<digest>"),
+    "registry": (REGISTRY_RE, "a registry path (HOST[:PORT]/PATH)", "ghcr.io/acme/envs"),
+    "repository": (REPOSITORY_RE, "an image repository (lower case, no tag)", "envbuild or registry.local/team/envs"),
+    "digest": (DIGEST_RE, "a manifest digest", "sha256:<64 hex>, as push printed it"),
+}
+
+
+def check(where: str, value: str | None, kind: str) -> None:
+    """UsageError naming `where` (an option or a setting) when `value` is not a `kind` reference."""
+    pattern, what, example = _KINDS[kind]
+    if value is not None and not pattern.fullmatch(value):
+        raise UsageError(f"{where} {value!r} is not {what}", hint=f"write e.g. {example}")
