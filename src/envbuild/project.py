@@ -131,6 +131,8 @@ def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
             problems.append(f"{key}: not a setting" + (f" (did you mean {close[0]}?)" if close else ""))
         elif not _matches(value, expected):
             problems.append(f"{key}: expected {_describe(expected)}, got {type(value).__name__} {value!r}")
+        elif key == "lock_jobs" and value < 1:
+            problems.append(f"lock_jobs: must be 1 or more, got {value}")
     if problems:
         raise UsageError(
             f"{config_path}: " + "; ".join(problems), hint="see README 'Project configuration' for the keys"

@@ -310,6 +310,15 @@ def test_a_malformed_image_name_is_refused_before_the_engine_is_asked(
     assert message in res.err and "fix: write e.g." in res.err
 
 
+@pytest.mark.parametrize("args", [["lock", "--all", "--check", "-j", "0"], ["outdated", "-j", "-2"]])
+def test_a_job_count_below_one_is_refused(cli: Cli, project: Path, args: list[str]) -> None:
+    res = cli(*args, "--project", str(project))
+    assert res.code == 2 and f"--jobs {args[-1]}: must be 1 or more" in res.err
+    (project / "envbuild.toml").write_text("[envbuild]\nlock_jobs = 0\n")
+    res = cli("list", "--project", str(project))
+    assert res.code == 2 and "lock_jobs: must be 1 or more, got 0" in res.err
+
+
 def test_envbuild_toml_image_names_are_checked_when_the_project_opens(cli: Cli, project: Path) -> None:
     (project / "envbuild.toml").write_text('[envbuild]\nrepository = "Team Envs"\n')
     res = cli("list", "--project", str(project))

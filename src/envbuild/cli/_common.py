@@ -107,6 +107,13 @@ def step_printer(as_json: bool) -> Any:
     return events
 
 
+def check_jobs(jobs: int | None) -> None:
+    from envbuild.errors import UsageError
+
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs {jobs}: must be 1 or more", hint="e.g. -j 4")
+
+
 def size_text(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 

@@ -10,6 +10,7 @@ from envbuild.cli._common import (
     JsonOpt,
     ProjectOpt,
     app,
+    check_jobs,
     load_profile,
     pick_profiles,
     project_at,
@@ -49,6 +50,7 @@ def lock(
     from envbuild import lock as lk
     from envbuild.errors import LockCheckFailed, LockError, UsageError
 
+    check_jobs(jobs)
     proj = project_at(project)
     chosen = pick_profiles(proj, names, all_, "lock")
     if check and dry_run:

@@ -11,6 +11,7 @@ from envbuild.cli._common import (
     JsonOpt,
     ProjectOpt,
     app,
+    check_jobs,
     load_profile,
     pick_profiles,
     profile_table,
@@ -180,6 +181,7 @@ def outdated(
 
     proj = project_at(project)
     profiles = [load_profile(proj, n) for n in names] if names else ci.profiles(proj)
+    check_jobs(jobs)
     drifts = od.report(proj, profiles, jobs)
     if as_json:
         output.emit_json([d.as_dict() for d in drifts])
