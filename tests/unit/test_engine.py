@@ -118,6 +118,8 @@ def test_retries_and_transfers_reach_the_terminal(
     events("transfer", "push", "1 of 2 layers done, 18 MB of 38 MB moved")
     events("transfer", "push", "1 of 2 layers done, 19 MB of 38 MB moved")  # a line every 2 s, not every chunk
     assert capsys.readouterr().err.strip() == "[   2.5s] push: 1 of 2 layers done, 18 MB of 38 MB moved"
+    events("remove", "5989ed286d26", "envbuild:cpu-py311-77178d7d433e")  # images --prune, one line per image
+    assert capsys.readouterr().err.strip() == "[   2.5s] removing 5989ed286d26 (envbuild:cpu-py311-77178d7d433e)"
     quiet = step_printer(as_json=True)
     quiet("retry", "push x", "attempt 1 failed")
     assert capsys.readouterr().err == ""

@@ -97,6 +97,8 @@ def step_printer(as_json: bool) -> Any:
             console.print(f"[{elapsed:6.1f}s] {key}: {text}", markup=False, highlight=False)
         elif kind == "warning":
             console.print(f"[{elapsed:6.1f}s] warning: {text}", style="yellow", markup=False, highlight=False)
+        elif kind == "remove":
+            console.print(f"[{elapsed:6.1f}s] removing {key} ({text})", markup=False, highlight=False)
         elif kind == "retry":
             console.print(f"[{elapsed:6.1f}s] {key}: {text}", style="yellow", markup=False, highlight=False)
         elif kind == "transfer" and elapsed - last_transfer[0] >= 2:
