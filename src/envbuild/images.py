@@ -37,6 +37,7 @@ class ImageRow:
     created: str
     size: int
     smoke: str  # passed | untested | - (a build cache is not smoke-tested)
+    smoke_gpu: str  # a GPU image's passed smoke test's gpu check: pass | skip (no GPU was given) | -
     state: str  # current | stale | orphan | untagged | unknown
     why: str  # what makes it that state, for people
     keep: bool
@@ -102,6 +103,9 @@ def classify(
         created=str(attrs.get("Created", ""))[:19],
         size=int(attrs.get("Size") or 0),
         smoke="-" if stage == "builder" else "passed" if publish.smoke_passed(labels) else "untested",
+        smoke_gpu=labels.get(f"{build_mod.SMOKE_LABEL}.gpu", "-")
+        if publish.smoke_passed(labels) and labels.get(f"{build_mod.LABEL_NS}.accelerator", "cpu") != "cpu"
+        else "-",
         state="",
         why="",
         keep=False,

@@ -24,21 +24,25 @@ class ProfileStatus:
     image: str  # tested | untested | stale | none | unknown | -
     image_ref: str
     next: str  # the command that moves it forward; "" when it is ready
+    # a GPU profile's tested image: did its smoke test run the GPU checks (pass), or was it built
+    # on a host without GPUs (skip)? "-" for CPU profiles and images not tested
+    gpu_checks: str = "-"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def _image(rows: list[images.ImageRow], name: str) -> tuple[str, str]:
+def image_state(rows: list[images.ImageRow], name: str) -> tuple[str, str, str]:
+    """(state, a tag of it, its smoke test's gpu check)."""
     mine = [r for r in rows if r.profile == name and r.tags]
     current = [r for r in mine if r.state == "current"]
     if current:
         best = max(current, key=lambda r: (r.smoke == "passed", r.created))
-        return ("tested" if best.smoke == "passed" else "untested"), best.tags[0]
+        return ("tested" if best.smoke == "passed" else "untested"), best.tags[0], best.smoke_gpu
     if mine:
         newest = max(mine, key=lambda r: r.created)
-        return "stale", newest.tags[0]
-    return "none", ""
+        return "stale", newest.tags[0], "-"
+    return "none", "", "-"
 
 
 def status(project: Project, names: list[str] | None = None) -> tuple[list[ProfileStatus], str]:
@@ -59,12 +63,12 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
             out.append(ProfileStatus(name, False, errors[0], "-", "", "-", "", f"envbuild validate {name}"))
             continue
         state, reason = lock.lock_state(project, target)
-        image, ref = ("unknown", "") if rows is None else _image(rows, name)
+        image, ref, gpu = ("unknown", "", "-") if rows is None else image_state(rows, name)
         if state != "fresh":
             step = f"envbuild lock {name}"
         elif image in {"none", "stale", "untested"}:
             step = f"envbuild build {name}"
         else:
             step = ""
-        out.append(ProfileStatus(name, True, "", state, reason, image, ref, step))
+        out.append(ProfileStatus(name, True, "", state, reason, image, ref, step, gpu))
     return out, note

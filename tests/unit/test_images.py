@@ -167,3 +167,24 @@ def test_an_image_pulled_by_digest_is_judged_by_its_labels_not_as_a_leftover() -
     assert (_row(pulled).state, _row(pulled).keep) == ("current", True)
     old = {**_attrs([], lock="b" * 64), "RepoDigests": ["localhost:5000/envs@sha256:" + "d" * 64]}
     assert (_row(old).state, _row(old).keep) == ("stale", False)
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "gpu_label", "expected"),
+    [("cuda", "skip", "skip"), ("cuda", "pass", "pass"), ("rocm", "skip", "skip"), ("cpu", "skip", "-")],
+)
+def test_a_gpu_image_tested_without_a_gpu_says_so(accelerator: str, gpu_label: str, expected: str) -> None:
+    """A CUDA image built on a CPU runner passes its smoke test with the GPU checks skipped; `images`
+    and `status` must not let that read as a GPU-tested image."""
+    attrs = _attrs(["envbuild:cu121-py311"])
+    attrs["Config"]["Labels"] |= {"io.envbuild.accelerator": accelerator, "io.envbuild.smoke.gpu": gpu_label}
+    assert _row(attrs).smoke_gpu == expected
+    assert _row(_attrs(["envbuild:cu121-py311"], smoke=False)).smoke_gpu == "-"  # never tested: nothing to say
+
+
+def test_status_carries_the_gpu_check_of_the_current_tested_image() -> None:
+    from envbuild import status
+
+    attrs = _attrs(["envbuild:cu121-py311"])
+    attrs["Config"]["Labels"] |= {"io.envbuild.accelerator": "cuda", "io.envbuild.smoke.gpu": "skip"}
+    assert status.image_state([_row(attrs)], "cu121-py311") == ("tested", "envbuild:cu121-py311", "skip")

@@ -247,7 +247,7 @@ def images(
                     tags_cell(r),
                     r.created[:16].replace("T", " "),
                     size_text(r.size),
-                    r.smoke,
+                    r.smoke + (", no GPU" if r.smoke_gpu == "skip" else ""),
                     r.state,
                     action(r),
                 ]

@@ -39,7 +39,9 @@ def status(
             r.profile,
             "yes" if r.valid else "no",
             r.lockfile,
-            r.image + (f" ({r.image_ref.rsplit('/', 1)[-1]})" if r.image_ref else ""),
+            r.image
+            + (", no GPU" if r.gpu_checks == "skip" else "")
+            + (f" ({r.image_ref.rsplit('/', 1)[-1]})" if r.image_ref else ""),
             r.next or "ready",
         ]
         for r in rows
@@ -50,6 +52,12 @@ def status(
     for r in rows:
         if r.problem:
             output.err().print(f"{r.profile}: {r.problem}", markup=False)
+        if r.gpu_checks == "skip":
+            output.err().print(
+                f"{r.profile}: its smoke test ran without a GPU (built where there is none); "
+                f"`envbuild smoke {r.profile}` on a GPU host runs the GPU checks",
+                markup=False,
+            )
     if note:
         output.err().print(f"note: {note}", markup=False)
 
