@@ -588,6 +588,13 @@ def _build(project: Project, prof: Profile, opts: BuildOptions, say: Events) -> 
         say("phase", "smoke", "running the smoke test in the image")
         t1 = time.monotonic()
         gpus = host.gpus_for(opts.smoke_gpus, prof.accelerator, absent_ok=True)
+        if prof.accelerator != "cpu" and gpus == "none" and opts.smoke_gpus == "auto":
+            text = (
+                f"no GPU on this host: the smoke test checks {prof.name} without its GPU checks and labels it "
+                f"so ({SMOKE_LABEL}.gpu=skip); `envbuild smoke {prof.name}` on a GPU host runs them"
+            )
+            warnings.append(text)
+            say("warning", "smoke", text)
         report = host.run_in_image(cli, built, gpus=gpus, timeout=opts.smoke_timeout, accelerator=prof.accelerator)
         host.save_report(build_dir(project, prof) / "smoke.json", report)
         timings["smoke"] = time.monotonic() - t1
