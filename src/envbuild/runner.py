@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+from envbuild import engine
 from envbuild.errors import UsageError
 from envbuild.profile import Profile
 from envbuild.smoke import host
@@ -23,6 +24,14 @@ def docker_argv(
     tty: bool = False,
 ) -> list[str]:
     """The docker CLI call for an interactive-capable run (TTYs pass through the CLI untouched)."""
+    gpus = host.gpus_for(gpus, prof.accelerator, absent_ok=False)
+    if gpus != "none" and engine.engine_url()[0].startswith("unix://") and not host.host_has_gpu(prof.accelerator):
+        # docker's own answer would be "could not select device driver "" with capabilities: [[gpu]]"
+        kind = "NVIDIA GPU (no nvidia-smi, no /dev/nvidia0)" if prof.accelerator == "cuda" else "ROCm device (/dev/kfd)"
+        raise UsageError(
+            f"{prof.name} asks for GPUs, and this host has no {kind}",
+            hint="run it on a GPU host, or pass --gpus none to start it without (GPU calls then fail inside)",
+        )
     exe = shutil.which("docker")
     if exe is None:
         raise UsageError("the docker CLI is not on PATH", hint="install docker (the client) to use `envbuild run`")
@@ -31,7 +40,6 @@ def docker_argv(
         argv += ["-it"]
     else:
         argv += ["-i"]
-    gpus = host.gpus_for(gpus, prof.accelerator, absent_ok=False)
     if prof.accelerator == "cuda" and gpus != "none":
         argv += ["--gpus", gpus]
     elif prof.accelerator == "rocm" and gpus != "none":

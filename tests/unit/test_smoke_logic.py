@@ -7,8 +7,10 @@ kernels themselves run on a GPU host (scripts/host_smoke.py).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +137,29 @@ def test_sizes_the_engine_reads_are_accepted(value: str) -> None:
     from envbuild.smoke import host
 
     host.check_shm_size(value)
+
+
+def test_run_refuses_to_ask_for_gpus_a_local_host_does_not_have(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docker's own answer is 'could not select device driver "" with capabilities: [[gpu]]', exit 125."""
+    from envbuild import profile, runner
+    from envbuild.errors import UsageError
+    from envbuild.smoke import host
+    from tests.conftest import VALID
+
+    cuda = profile.Profile.model_validate({**VALID})  # cu121-py311
+    monkeypatch.setattr(host, "host_has_gpu", lambda accelerator: False)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    with pytest.raises(UsageError) as refused:
+        runner.docker_argv(cuda, "envbuild:cu121-py311", [], workdir=tmp_path)
+    assert "cu121-py311 asks for GPUs, and this host has no NVIDIA GPU" in str(refused.value)
+    assert "pass --gpus none" in str(refused.value)
+    # an engine on another machine has GPUs this one cannot see: docker decides there
+    monkeypatch.setenv("DOCKER_HOST", "ssh://gpu-box")
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/docker")
+    argv = runner.docker_argv(cuda, "envbuild:cu121-py311", [], workdir=tmp_path)
+    assert argv[argv.index("--gpus") + 1] == "all"
+    monkeypatch.delenv("DOCKER_HOST")
+    argv = runner.docker_argv(cuda, "envbuild:cu121-py311", [], workdir=tmp_path, gpus="none")
+    assert "--gpus" not in argv

@@ -185,4 +185,13 @@ def run_image(
         shm_size=shm_size,
         tty=sys.stdin.isatty() and sys.stdout.isatty(),
     )
-    return subprocess.call(argv)
+    code = subprocess.call(argv)
+    if code == 125 and ("--gpus" in argv or "/dev/kfd" in argv):
+        # 125 is docker's own failure, before the command ran; with GPUs asked for, it is most often
+        # a missing container toolkit
+        output.err().print(
+            "note: docker could not start the container (its message is above); GPUs need the NVIDIA Container "
+            "Toolkit (or /dev/kfd and /dev/dri for ROCm) on the engine's host: `envbuild doctor` checks it",
+            markup=False,
+        )
+    return code
