@@ -7,6 +7,7 @@ envbuild errors that say where envbuild looked and what to do about it.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from envbuild.errors import BaseImageError, EngineUnavailable, ImageMissing, UsageError
@@ -87,14 +88,8 @@ def ensure_image(cli: Any, ref: str, *, pull: bool = False, events: Any = None) 
         except docker.errors.APIError as exc:
             raise BaseImageError(f"cannot inspect base image {ref}: {exc.explanation or exc}") from exc
     repo, tag = _split(ref)
-    progress = Transfer()
     try:
-        for chunk in cli.api.pull(repo, tag=tag, stream=True, decode=True):
-            summary = progress.feed(chunk)
-            if events and summary:
-                events("transfer", "pull", summary)
-            if "error" in chunk:
-                raise docker.errors.APIError(chunk["error"])
+        follow("pull", cli.api.pull(repo, tag=tag, stream=True, decode=True), events)
         return str(cli.images.get(ref).id)
     except (docker.errors.APIError, docker.errors.ImageNotFound) as exc:
         answer = getattr(exc, "explanation", None) or str(exc)
@@ -159,6 +154,24 @@ class Transfer:
                 current, total = self._extracted[busy]
                 text += f" ({_mb(current)} of {_mb(total)})"
         return text
+
+
+def follow(verb: str, chunks: Iterable[dict[str, Any]], events: Any = None) -> str:
+    """Relay a push or pull stream as `transfer` progress events; the manifest digest it reports.
+
+    An error in the stream comes out as the SDK's APIError, as a refused request would."""
+    import docker
+
+    progress = Transfer()
+    digest = ""
+    for chunk in chunks:
+        if "error" in chunk:
+            raise docker.errors.APIError(str((chunk.get("errorDetail") or {}).get("message") or chunk["error"]))
+        summary = progress.feed(chunk)
+        if events and summary:
+            events("transfer", verb, summary)
+        digest = str((chunk.get("aux") or {}).get("Digest") or digest)
+    return digest
 
 
 def _mb(n: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,24 +56,8 @@ def _transient(message: str) -> bool:
     )
 
 
-def _follow(verb: str, chunks: Iterable[dict[str, Any]], say: Events) -> str:
-    """Relay a push or pull stream as progress; the manifest digest it reports, if any."""
-    progress = engine.Transfer()
-    digest = ""
-    for chunk in chunks:
-        if "error" in chunk:
-            raise PublishError(str((chunk.get("errorDetail") or {}).get("message") or chunk["error"]))
-        summary = progress.feed(chunk)
-        if summary:
-            say("transfer", verb, summary)
-        aux = chunk.get("aux") or {}
-        if "Digest" in aux:
-            digest = str(aux["Digest"])
-    return digest
-
-
 def _push_once(cli: Any, repo: str, tag: str, say: Events) -> str:
-    digest = _follow("push", cli.images.push(repo, tag=tag, stream=True, decode=True), say)
+    digest = engine.follow("push", cli.images.push(repo, tag=tag, stream=True, decode=True), say)
     if not digest:
         raise PublishError(f"the registry did not report a digest for {repo}:{tag}")
     return digest
@@ -194,7 +178,7 @@ def pull(
 
     def once() -> str:
         name, _, tag = ref.rpartition("@") if digest else ref.rpartition(":")
-        _follow("pull", cli.api.pull(name, tag=tag, stream=True, decode=True), say)
+        engine.follow("pull", cli.api.pull(name, tag=tag, stream=True, decode=True), say)
         return ref
 
     say("phase", "pull", ref)

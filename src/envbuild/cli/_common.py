@@ -37,6 +37,20 @@ JsonOpt = Annotated[
 ]
 
 
+# Options several stages take with one meaning; each command still checks the values it uses.
+RepoOpt = Annotated[
+    str | None,
+    typer.Option("--tag", help="Local image repository (default: envbuild.toml's `repository`, else 'envbuild')."),
+]
+FindLinksOpt = Annotated[
+    list[str] | None, typer.Option("--find-links", help="A local wheelhouse for the locked wheels (repeatable).")
+]
+IndexUrlOpt = Annotated[str | None, typer.Option("--index-url", help="A PyPI mirror (may carry credentials).")]
+TorchIndexOpt = Annotated[
+    str | None, typer.Option("--torch-index", help="A mirror of the PyTorch index (URL or folder).")
+]
+
+
 def say_no_profiles(proj: Any) -> None:
     output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/: `envbuild new cu126-py312` starts one")
 

@@ -7,9 +7,13 @@ import typer
 
 from envbuild import output, refs
 from envbuild.cli._common import (
+    FindLinksOpt,
+    IndexUrlOpt,
     JsonOpt,
     ProfilesArg,
     ProjectOpt,
+    RepoOpt,
+    TorchIndexOpt,
     app,
     load_profile,
     project_at,
@@ -47,20 +51,16 @@ def _print_smoke(report: dict[str, Any]) -> None:
 @app.command()
 def build(
     name: str,
-    tag: Annotated[
-        str | None, typer.Option("--tag", help="Image repository (default: envbuild.toml's, else 'envbuild').")
-    ] = None,
+    tag: RepoOpt = None,
     base: Annotated[str | None, typer.Option(help="Override the base image.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every step anew.")] = False,
     pull: Annotated[bool, typer.Option("--pull", help="Pull the base image even if present.")] = False,
     ca_bundle: Annotated[
         Path | None, typer.Option("--ca-bundle", help="CA bundle for TLS inside the build (builder stage only).")
     ] = None,
-    find_links: Annotated[
-        list[str] | None, typer.Option("--find-links", help="Local wheelhouse for locked wheels.")
-    ] = None,
-    index_url: Annotated[str | None, typer.Option(help="A PyPI mirror for the build (may carry credentials).")] = None,
-    torch_index: Annotated[str | None, typer.Option(help="A mirror of the PyTorch index.")] = None,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    torch_index: TorchIndexOpt = None,
     no_smoke: Annotated[
         bool, typer.Option("--no-smoke", help="Skip the smoke test (the image gets no smoke label).")
     ] = False,
@@ -156,7 +156,7 @@ def smoke(
     shm_size: Annotated[str, typer.Option(help="Size of the container's shared memory (shm).")] = "2g",
     ipc_host: Annotated[bool, typer.Option("--ipc-host", help="Share the host's IPC namespace instead.")] = False,
     lock_match: Annotated[str, typer.Option(help="--local: exact, pins or none.")] = "pins",
-    tag: Annotated[str | None, typer.Option("--tag", help="Image repository the profile was built into.")] = None,
+    tag: RepoOpt = None,
     project: ProjectOpt = None,
 ) -> None:
     """Prove that an image (or this interpreter) really trains: GPU kernels, cuDNN, DDP, AMP."""

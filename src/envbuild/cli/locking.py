@@ -7,8 +7,11 @@ import typer
 
 from envbuild import output
 from envbuild.cli._common import (
+    FindLinksOpt,
+    IndexUrlOpt,
     JsonOpt,
     ProjectOpt,
+    TorchIndexOpt,
     app,
     check_jobs,
     load_profile,
@@ -29,11 +32,9 @@ def lock(
     upgrade_package: Annotated[
         list[str] | None, typer.Option("--upgrade-package", "-P", help="Re-resolve this package.")
     ] = None,
-    index_url: Annotated[str | None, typer.Option(help="A PyPI mirror.")] = None,
-    torch_index: Annotated[str | None, typer.Option(help="A mirror of the PyTorch index (URL or folder).")] = None,
-    find_links: Annotated[
-        list[str] | None, typer.Option("--find-links", help="A local wheelhouse (repeatable).")
-    ] = None,
+    index_url: IndexUrlOpt = None,
+    torch_index: TorchIndexOpt = None,
+    find_links: FindLinksOpt = None,
     platform: Annotated[
         list[str] | None,
         typer.Option("--platform", help="x86_64 and/or aarch64 (default: the profile's)."),
@@ -167,11 +168,9 @@ def venv(
         typer.Option(help="Interpreter to base the venv on (default: python3.X on PATH)."),
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace a non-empty DIRECTORY.")] = False,
-    find_links: Annotated[
-        list[str] | None, typer.Option("--find-links", help="A local wheelhouse (repeatable).")
-    ] = None,
-    index_url: Annotated[str | None, typer.Option(help="A PyPI mirror.")] = None,
-    torch_index: Annotated[str | None, typer.Option(help="A mirror of the PyTorch index.")] = None,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    torch_index: TorchIndexOpt = None,
     no_compile: Annotated[
         bool, typer.Option("--no-compile", help="Skip compiling to bytecode: faster to make, slower to import.")
     ] = False,

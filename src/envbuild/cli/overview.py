@@ -11,6 +11,7 @@ from envbuild.cli._common import (
     JsonOpt,
     ProfilesArg,
     ProjectOpt,
+    RepoOpt,
     app,
     load_profile,
     profile_table,
@@ -65,7 +66,7 @@ def status(
 @app.command("matrix")
 def matrix_(
     fmt: Annotated[str, typer.Option("--format", help="github, json or bake.")] = "github",
-    tag: Annotated[str | None, typer.Option("--tag", help="Image repository for bake targets.")] = None,
+    tag: RepoOpt = None,
     project: ProjectOpt = None,
 ) -> None:
     """The shipped profiles as a CI matrix (GitHub Actions, JSON) or a docker-bake.json."""
@@ -151,7 +152,7 @@ def doctor(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
 def run_image(
     ctx: typer.Context,
     name: str,
-    tag: Annotated[str | None, typer.Option("--tag", help="Image repository (as build --tag named it).")] = None,
+    tag: RepoOpt = None,
     gpus: Annotated[str, typer.Option(help="auto (a GPU profile's: all), all, none or a count.")] = "auto",
     ipc_host: Annotated[
         bool, typer.Option("--ipc-host", help="Share the host's IPC namespace (NCCL, DataLoader).")

@@ -8,6 +8,7 @@ from envbuild import output, refs
 from envbuild.cli._common import (
     JsonOpt,
     ProjectOpt,
+    RepoOpt,
     app,
     load_profile,
     project_at,
@@ -18,7 +19,7 @@ from envbuild.cli._common import (
 @app.command()
 def push(
     name: str,
-    tag: Annotated[str | None, typer.Option("--tag", help="Local image repository (as build --tag named it).")] = None,
+    tag: RepoOpt = None,
     registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to push to.")] = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
@@ -45,9 +46,7 @@ def pull(
     name: str,
     registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to pull from.")] = None,
     digest: Annotated[str | None, typer.Option(help="Pull by digest (sha256:...) instead of the moving tag.")] = None,
-    tag: Annotated[
-        str | None, typer.Option("--tag", help="Local repository to tag it in (default: envbuild.toml's).")
-    ] = None,
+    tag: RepoOpt = None,
     verify: Annotated[
         bool, typer.Option("--verify", help="Fail when the image differs from the local lockfile.")
     ] = False,
