@@ -101,17 +101,35 @@ def test_tiny_dev_shm_is_reported_with_the_remedy(docker_client: Any, built_cpu:
 
 
 def test_gpu_request_on_a_host_without_gpus(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path) -> None:
-    # An image labelled as a CUDA build makes envbuild request GPUs from the engine (device_requests);
-    # this engine has no NVIDIA runtime, and the user must hear that and what to do.
-    image = derived(docker_client, built_cpu["image_id"], 'LABEL io.envbuild.accelerator="cuda"')
+    # The CPU image, relabelled and re-expected as a CUDA build: envbuild asks the engine for GPUs
+    # (device_requests), this engine has no NVIDIA runtime and refuses. The user must still get the
+    # report: the gpu check failing with the engine's words and the fix, the rest checked as well.
+    image = derived(
+        docker_client,
+        built_cpu["image_id"],
+        'LABEL io.envbuild.accelerator="cuda"',
+        "USER root",
+        "RUN python -c \"import json; p='/opt/envbuild/expect.json'; e=json.load(open(p)); "
+        "e.update(accelerator='cuda', cuda='12.1'); json.dump(e, open(p, 'w'))\"",
+        "USER 1000:1000",
+    )
+    out = e2e_project / "gpu-refused.json"
     try:
-        res = envbuild("smoke", image.id, "--gpus", "all", cwd=e2e_project)
+        res = envbuild("smoke", image.id, "--gpus", "all", "--json", str(out), cwd=e2e_project)
+        leftovers = _smoke_containers(docker_client, image.id)
     finally:
         docker_client.images.remove(image.id, force=True, noprune=True)
-    assert res.returncode == 8, res.stdout + res.stderr
-    assert "the smoke container did not start" in res.stderr and "NVIDIA container toolkit" in res.stderr
-    # the engine created the container before refusing to start it; it must not stay behind
-    assert _smoke_containers(docker_client, image.id) == []
+    assert res.returncode == 1, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    gpu = _check(report, "gpu")
+    assert gpu["status"] == "fail"
+    assert gpu["reason"].startswith("the container engine gave this container no GPU: could not select device driver")
+    assert "nvidia-ctk runtime configure" in gpu["remedy"] and "NVIDIA container toolkit" in res.stdout
+    assert report["gpu_refused"] == gpu["reason"].split(": ", 1)[1]
+    # still checked without the GPU: torch.version.cuda is None in this CPU build, 12.1 is expected
+    assert _check(report, "versions")["status"] == "fail" and "gpu" in report["failed"]
+    # the refused container and the one that ran must both be gone
+    assert leftovers == []
 
 
 def _smoke_containers(docker_client: Any, image: str) -> list[Any]:

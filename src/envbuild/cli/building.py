@@ -44,7 +44,9 @@ def _print_smoke(report: dict[str, Any]) -> None:
     con = output.out()
     con.print(output.table(None, ["check", "result", "seconds", "detail"], rows))
     verdict = "[green]passed[/green]" if report["passed"] else "[red]FAILED[/red]: " + ", ".join(report["failed"])
-    tested = f" ({report['ref']}, {report['image'][:19]})" if report.get("ref") else ""
+    ref, image = report.get("ref"), report.get("image", "")
+    # an image named by its id is shown once, short
+    tested = f" ({ref}, {image[:19]})" if ref and ref != image else f" ({image[:19]})" if ref else ""
     con.print(f"smoke {verdict} in {report['seconds']:.1f}s{tested}")
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
+from envbuild.smoke.inside import GPU_REFUSED_ENV
 
 if TYPE_CHECKING:
     from envbuild.profile import Profile
@@ -163,30 +164,35 @@ def run_in_image(
     import requests
 
     command = [SMOKE_COMMAND, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
-    kwargs: dict[str, Any] = dict(_gpu_kwargs(accelerator, gpus))
+    kwargs: dict[str, Any] = {}
     if ipc_host:
         kwargs["ipc_mode"] = "host"
     elif shm_size:
         kwargs["shm_size"] = shm_size
     sweep_stale(cli)
-    try:
-        # create, then start: docker-py's containers.run() leaves the created container behind
-        # when the start fails (a GPU request on a host without the NVIDIA runtime does)
-        container = cli.containers.create(image, command, labels={SMOKE_LABEL: image}, **kwargs)
-    except docker.errors.ImageNotFound as exc:
-        raise SmokeError(f"no image {image} in the engine", hint="build it (envbuild build NAME) or pull it") from exc
-    except docker.errors.APIError as exc:
-        raise SmokeError(f"the smoke container could not be created: {exc.explanation or exc}") from exc
+    gpu_kwargs = _gpu_kwargs(accelerator, gpus)
+    refused: str | None = None
+    container = _create(cli, image, command, {**kwargs, **gpu_kwargs})
     # From here on every way out removes the container, a SIGTERM in the middle of start()
     # included (the engine may already run it while the client still waits for the answer).
     try:
         try:
             container.start()
         except docker.errors.APIError as exc:
-            raise SmokeError(
-                f"the smoke container did not start: {exc.explanation or exc}",
-                hint="for GPUs install the NVIDIA container toolkit, or pass --gpus none",
-            ) from exc
+            if not gpu_kwargs:
+                raise SmokeError(f"the smoke container did not start: {exc.explanation or exc}") from exc
+            # The engine cannot hand out the GPUs (no NVIDIA runtime, no /dev/kfd). The image is
+            # still run, without them, and told why: its gpu check then fails with the engine's
+            # words and the fix, and the versions and libraries are checked as well, instead of
+            # the whole run ending as a start error with no report.
+            refused = str(exc.explanation or exc)
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
+            container = _create(cli, image, command, {**kwargs, "environment": {GPU_REFUSED_ENV: refused}})
+            try:
+                container.start()
+            except docker.errors.APIError as exc2:
+                raise SmokeError(f"the smoke container did not start: {exc2.explanation or exc2}") from exc2
         try:
             status = container.wait(timeout=timeout)
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
@@ -210,7 +216,22 @@ def run_in_image(
         raise SmokeError(f"the smoke test crashed (exit {code}) before its report:\n{err[-2000:]}") from exc
     report["exit_code"] = code
     report["image"] = image
+    if refused is not None:
+        report["gpu_refused"] = refused
     return report
+
+
+def _create(cli: Any, image: str, command: list[str], kwargs: dict[str, Any]) -> Any:
+    import docker
+
+    try:
+        # create, then start: docker-py's containers.run() leaves the created container behind
+        # when the start fails (a GPU request on a host without the NVIDIA runtime does)
+        return cli.containers.create(image, command, labels={SMOKE_LABEL: image}, **kwargs)
+    except docker.errors.ImageNotFound as exc:
+        raise SmokeError(f"no image {image} in the engine", hint="build it (envbuild build NAME) or pull it") from exc
+    except docker.errors.APIError as exc:
+        raise SmokeError(f"the smoke container could not be created: {exc.explanation or exc}") from exc
 
 
 def run_local(

@@ -33,6 +33,8 @@ from typing import Any
 
 REPORT_VERSION = 1
 DEFAULT_EXPECT = "/opt/envbuild/expect.json"
+# Set by `envbuild smoke` when the engine refused the container's GPU request (host.GPU_REFUSED_ENV).
+GPU_REFUSED_ENV = "ENVBUILD_SMOKE_GPU_REFUSED"
 SHM_MIN_BYTES = 1 << 30
 BOOTSTRAP = {"pip", "setuptools", "wheel"}  # installed by venv itself, not by the lock
 # cuBLAS needs this before its first handle for deterministic results.
@@ -253,6 +255,16 @@ def check_gpu(ctx: Context, r: Result) -> None:
     import torch
 
     if not torch.cuda.is_available():
+        refused = os.environ.get(GPU_REFUSED_ENV)
+        if refused:
+            # envbuild asked the engine for GPUs, was refused, and ran this container without them
+            raise CheckFailed(
+                f"the container engine gave this container no GPU: {refused}",
+                "install the NVIDIA container toolkit and configure docker's runtime "
+                "(nvidia-ctk runtime configure --runtime=docker, then restart dockerd)"
+                if ctx.accelerator == "cuda"
+                else "load the amdgpu kernel driver so that /dev/kfd and /dev/dri exist on the host",
+            )
         raise CheckFailed(
             "no GPU visible: torch.cuda.is_available() is False",
             "run on a GPU host with the GPU passed in (docker run --gpus all, or /dev/kfd and /dev/dri for ROCm); "
