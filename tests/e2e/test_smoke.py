@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -247,6 +248,9 @@ def _tree(root: int, procs: dict[int, tuple[str, int, str]]) -> set[tuple[int, s
 def test_sigterm_during_local_mode_stops_every_rank(cpu_venv: Path) -> None:
     python = str(cpu_venv / "bin" / "python")
     running: set[tuple[int, str]] = set()
+    # multiprocessing's forkserver keeps its socket in a pymp-* folder that only a clean exit removes
+    tmp = Path(tempfile.gettempdir())
+    pymp_before = set(tmp.glob("pymp-*"))
 
     def ranks_run(cli: int) -> bool:
         nonlocal running
@@ -269,6 +273,7 @@ def test_sigterm_during_local_mode_stops_every_rank(cpu_venv: Path) -> None:
     time.sleep(1)
     alive = {(pid, start) for pid, (_, _, start) in _processes().items()}
     assert not running & alive, f"still running after the interrupt: {sorted(running & alive)}"
+    assert set(tmp.glob("pymp-*")) <= pymp_before, "the killed forkserver left its folder behind"
     record(
         "interrupt_smoke_local", signal="SIGTERM", exit_code=code, processes_at_signal=len(running), processes_left=0
     )

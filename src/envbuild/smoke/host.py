@@ -270,7 +270,9 @@ def run_local(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                # TMPDIR: multiprocessing's forkserver keeps its socket in a pymp-* folder that only
+                # a clean exit removes; inside this run's folder an interrupted run leaves none
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": tmp},
                 start_new_session=True,
             )
         except OSError as exc:
