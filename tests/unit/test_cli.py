@@ -327,3 +327,28 @@ def test_envbuild_toml_image_names_are_checked_when_the_project_opens(cli: Cli, 
     (project / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000"\n')
     res = cli("list", "--project", str(project))
     assert res.code == 2 and "envbuild.toml: registry 'localhost:5000' is not a registry path" in res.err
+
+
+def test_brackets_in_data_are_printed_as_they_are(cli: Cli, project: Path, write_profile: Callable[..., Path]) -> None:
+    # rich reads "[gpu]" as a style (and drops it) and "[/x]" as a closing tag (and raised: exit 70
+    # with a traceback); what envbuild prints is data, never markup
+    write_profile(description="CPU [gpu] [/x] build")
+    res = cli("show", "cu121-py311", "--project", str(project))
+    assert res.code == 0, res.err
+    assert "description: CPU [gpu] [/x] build" in res.out
+    write_profile(numpy="[/x]")
+    res = cli("validate", "cu121-py311", "--project", str(project))
+    assert res.code == 2 and "Traceback" not in res.err
+    assert "numpy: '[/x]' is not an exact numpy release" in res.out
+
+
+def test_smoke_table_keeps_the_engines_words(capsys: pytest.CaptureFixture[str]) -> None:
+    from envbuild.cli.building import _print_smoke
+
+    reason = (
+        'the container engine gave this container no GPU: could not select device driver "" with capabilities: [[gpu]]'
+    )
+    check = {"name": "gpu", "status": "fail", "seconds": 0.0, "reason": reason, "remedy": "[/x] fix", "facts": {}}
+    _print_smoke({"checks": [check], "passed": False, "failed": ["gpu"], "seconds": 1.0})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "capabilities: [[gpu]]" in out and "fix: [/x] fix" in out and "smoke FAILED: gpu in 1.0s" in out

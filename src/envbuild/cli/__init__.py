@@ -51,7 +51,7 @@ def run(argv: list[str] | None = None) -> int:
         if output.json_pending():
             output.emit_json({"error": {**exc.as_dict(), "exit_code": code}})
         sys.stdout.flush()  # keep the report above the error line when both go to one terminal
-        output.err().print(f"error: {exc}", markup=False)
+        output.err().print(f"error: {exc}")
         return code
     except typer.Exit as exc:
         return int(exc.exit_code)
@@ -69,12 +69,10 @@ def run(argv: list[str] | None = None) -> int:
         import traceback
 
         sys.stdout.flush()
-        output.err().print(f"internal error: {type(exc).__name__}: {exc}", markup=False)
+        output.err().print(f"internal error: {type(exc).__name__}: {exc}")
         if os.environ.get("ENVBUILD_DEBUG"):
-            output.err().print(traceback.format_exc(), markup=False)
+            output.err().print(traceback.format_exc())
         else:
-            output.err().print(
-                "  this is a bug in envbuild; rerun with ENVBUILD_DEBUG=1 for details and report it", markup=False
-            )
+            output.err().print("  this is a bug in envbuild; rerun with ENVBUILD_DEBUG=1 for details and report it")
         return 70
     return result if isinstance(result, int) else 0

@@ -64,7 +64,7 @@ def profile_table(proj: Any, as_json: bool, report: Any, columns: list[str], row
     if not rows:
         say_no_profiles(proj)
         return False
-    output.out().print(output.table(None, columns, rows), markup=False)
+    output.out().print(output.table(None, columns, rows))
     return True
 
 
@@ -106,19 +106,19 @@ def step_printer(as_json: bool) -> Any:
             return
         elapsed = _time.monotonic() - started
         if kind == "step":
-            console.print(f"[{elapsed:6.1f}s] step {key}: {text}", markup=False, highlight=False)
+            console.print(f"[{elapsed:6.1f}s] step {key}: {text}", highlight=False)
         elif kind == "phase":
-            console.print(f"[{elapsed:6.1f}s] {key}: {text}", markup=False, highlight=False)
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}", highlight=False)
         elif kind == "warning":
-            console.print(f"[{elapsed:6.1f}s] warning: {text}", style="yellow", markup=False, highlight=False)
+            console.print(f"[{elapsed:6.1f}s] warning: {text}", style="yellow", highlight=False)
         elif kind == "remove":
-            console.print(f"[{elapsed:6.1f}s] removing {key} ({text})", markup=False, highlight=False)
+            console.print(f"[{elapsed:6.1f}s] removing {key} ({text})", highlight=False)
         elif kind == "retry":
-            console.print(f"[{elapsed:6.1f}s] {key}: {text}", style="yellow", markup=False, highlight=False)
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}", style="yellow", highlight=False)
         elif kind == "transfer" and elapsed - last_transfer[0] >= 2:
             # a line every 2 s at most: the engine sends one per layer per megabyte or so
             last_transfer[0] = elapsed
-            console.print(f"[{elapsed:6.1f}s] {key}: {text}", markup=False, highlight=False)
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}", highlight=False)
 
     return events
 

@@ -34,20 +34,19 @@ def _print_smoke(report: dict[str, Any]) -> None:
 
     rows = []
     for c in report["checks"]:
-        status = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "skip": "[yellow]SKIP[/yellow]"}[
-            c["status"]
-        ]
+        status = output.styled((c["status"].upper(), {"pass": "green", "fail": "red", "skip": "yellow"}[c["status"]]))
         detail = inside.detail(c)
         if c["status"] == "fail" and c["remedy"]:
             detail += f"\nfix: {c['remedy']}"
         rows.append([c["name"], status, f"{c['seconds']:.2f}", detail])
     con = output.out()
     con.print(output.table(None, ["check", "result", "seconds", "detail"], rows))
-    verdict = "[green]passed[/green]" if report["passed"] else "[red]FAILED[/red]: " + ", ".join(report["failed"])
+    verdict = ("passed", "green") if report["passed"] else ("FAILED", "red")
+    failed = f": {', '.join(report['failed'])}" if report["failed"] else ""
     ref, image = report.get("ref"), report.get("image", "")
     # an image named by its id is shown once, short
     tested = f" ({ref}, {image[:19]})" if ref and ref != image else f" ({image[:19]})" if ref else ""
-    con.print(f"smoke {verdict} in {report['seconds']:.1f}s{tested}")
+    con.print(output.styled("smoke ", verdict, f"{failed} in {report['seconds']:.1f}s{tested}"))
 
 
 @app.command()
@@ -109,10 +108,8 @@ def build(
         if as_json:
             output.emit_json(ctx)
             return
-        output.out().print(f"wrote the build context of {name}: {proj.rel(Path(ctx['context']))}", markup=False)
-        output.out().print(
-            f"  build it with: docker build --target runtime {proj.rel(Path(ctx['context']))}", markup=False
-        )
+        output.out().print(f"wrote the build context of {name}: {proj.rel(Path(ctx['context']))}")
+        output.out().print(f"  build it with: docker build --target runtime {proj.rel(Path(ctx['context']))}")
         return
     result = b.build(proj, prof, opts, step_printer(as_json))
     if as_json:
@@ -259,7 +256,6 @@ def images(
             "build; builder stage: a build's cache (the newest of today's lockfile stays). Sizes count shared layers "
             "in full. --json says why for each.",
         ),
-        markup=False,
     )
     doomed = [r for r in result.rows if not r.keep]
     removed = [r for r in result.rows if r.removed]
@@ -272,4 +268,4 @@ def images(
     elif doomed:
         con.print(f"{len(doomed)} image(s) can go: envbuild images --prune")
     for e in result.errors:
-        output.err().print(f"kept {e}", markup=False)
+        output.err().print(f"kept {e}")

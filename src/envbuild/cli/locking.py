@@ -106,7 +106,7 @@ def lock(
     if not as_json and len(failed) > 1:
         # One failure is reported once, by the error it raises below; several each get theirs here.
         for o in failed:
-            output.err().print(f"{o.name}: {o.message}", markup=False)
+            output.err().print(f"{o.name}: {o.message}")
     if len(failed) == 1 and failed[0].error is not None:
         raise failed[0].error
     if failed:
@@ -122,12 +122,12 @@ def _print_lock_changes(outcomes: list[Any], dry_run: bool = False) -> None:
         if o.state != "locked" or o.changes is None:
             continue
         if not o.changes:
-            con.print(f"{o.name}: no package {'would change' if dry_run else 'changed'}", markup=False)
+            con.print(f"{o.name}: no package {'would change' if dry_run else 'changed'}")
             continue
         verb = "would change (dry run, nothing written)" if dry_run else "changed"
-        con.print(f"{o.name}: {len(o.changes)} package(s) {verb}", markup=False)
+        con.print(f"{o.name}: {len(o.changes)} package(s) {verb}")
         for change in o.changes:
-            con.print(f"  {change.render()}", markup=False)
+            con.print(f"  {change.render()}")
 
 
 def _with_progress(names: list[str], quiet: bool, work: Any) -> Any:
@@ -143,7 +143,7 @@ def _with_progress(names: list[str], quiet: bool, work: Any) -> Any:
         with lock_:
             states[name] = (state, detail)
         if not console.is_terminal and not quiet:
-            console.print(f"{name}: {state} {detail}".rstrip(), markup=False)
+            console.print(f"{name}: {state} {detail}".rstrip())
 
     console = output.err()
     if quiet or not console.is_terminal:

@@ -52,15 +52,14 @@ def status(
         return
     for r in rows:
         if r.problem:
-            output.err().print(f"{r.profile}: {r.problem}", markup=False)
+            output.err().print(f"{r.profile}: {r.problem}")
         if r.gpu_checks == "skip":
             output.err().print(
                 f"{r.profile}: its smoke test ran without a GPU (built where there is none); "
                 f"`envbuild smoke {r.profile}` on a GPU host runs the GPU checks",
-                markup=False,
             )
     if note:
-        output.err().print(f"note: {note}", markup=False)
+        output.err().print(f"note: {note}")
 
 
 @app.command("matrix")
@@ -175,7 +174,7 @@ def run_image(
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
     image, _ = build.profile_image(engine.client(), proj, prof, tag)
     if image.endswith(build.UNTESTED):
-        output.err().print(f"note: {image} is a --no-smoke build; no smoke test has passed in it", markup=False)
+        output.err().print(f"note: {image} is a --no-smoke build; no smoke test has passed in it")
     argv = runner.docker_argv(
         prof,
         image,
@@ -193,6 +192,5 @@ def run_image(
         output.err().print(
             "note: docker could not start the container (its message is above); GPUs need the NVIDIA Container "
             "Toolkit (or /dev/kfd and /dev/dri for ROCm) on the engine's host: `envbuild doctor` checks it",
-            markup=False,
         )
     return code

@@ -2,11 +2,14 @@
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from envbuild import output
+
+if TYPE_CHECKING:
+    from rich.text import Text
 from envbuild.cli._common import (
     JsonOpt,
     ProjectOpt,
@@ -113,9 +116,9 @@ def validate(
         con = output.out()
         for r in results:
             for d in r.errors:
-                con.print(f"[red]error[/red] {d.render()}", markup=True)
+                con.print(output.styled(("error", "red"), " ", d.render()))
             for d in r.warnings:
-                con.print(f"[yellow]warning[/yellow] {d.render()}", markup=True)
+                con.print(output.styled(("warning", "yellow"), " ", d.render()))
         ok = len(results) - len(failed)
         con.print(f"{ok} of {len(results)} profile(s) valid")
     if failed:
@@ -158,12 +161,12 @@ def new(
         return
     sys.stdout.write(made.text)
     err = output.err()
-    err.print(f"wrote {proj.rel(made.path)}", markup=False)
+    err.print(f"wrote {proj.rel(made.path)}")
     for line in made.notes:
-        err.print(f"note: {line}", markup=False)
+        err.print(f"note: {line}")
     for line in made.warnings:
-        err.print(f"warning: {line}", markup=False)
-    err.print(f"next: {' && '.join(nxt)}", markup=False)
+        err.print(f"warning: {line}")
+    err.print(f"next: {' && '.join(nxt)}")
 
 
 @app.command()
@@ -189,10 +192,10 @@ def outdated(
         say_no_profiles(proj)
     else:
 
-        def newer(d: od.Drift, value: str | None) -> str:
+        def newer(d: od.Drift, value: str | None) -> "str | Text":
             if not d.checked:
                 return "n/a"
-            return f"[yellow]{value}[/yellow]" if value else "-"
+            return output.styled((value, "yellow")) if value else "-"
 
         rows = [
             [
@@ -212,7 +215,7 @@ def outdated(
         err = output.err()
         for d in drifts:
             for line in [*d.notes, *([d.error] if d.error else [])]:
-                err.print(f"{d.profile}: {line}", markup=False)
+                err.print(f"{d.profile}: {line}")
     failed = [d.profile for d in drifts if d.error]
     if failed:
         raise LockError(f"could not look up {', '.join(failed)}", hint="the lines above say why")

@@ -98,4 +98,4 @@ def pull(
     for t in res.tags:
         con.print(f"  tagged {t}")
     for m in res.mismatches:
-        output.err().print(f"warning: {m} (use --verify to make this an error)", markup=False)
+        output.err().print(f"warning: {m} (use --verify to make this an error)")
