@@ -67,7 +67,9 @@ class Project:
     def profile_names(self) -> list[str]:
         if not self.profiles_dir.is_dir():
             return []
-        return sorted(p.stem for p in self.profiles_dir.glob("*.yaml") if not p.name.startswith(("_", ".")))
+        # a folder that happens to end in .yaml is not a profile; a broken link is one gone wrong
+        found = self.profiles_dir.glob("*.yaml")
+        return sorted(p.stem for p in found if not p.name.startswith(("_", ".")) and not p.is_dir())
 
     def profile_path(self, name_or_path: str) -> Path:
         """Resolve a profile name, or a path to a YAML file anywhere."""
@@ -79,6 +81,10 @@ class Project:
         path = self.profiles_dir / f"{name_or_path}.yaml"
         if path.is_file():
             return path
+        if path.is_symlink() or path.exists():
+            what = "a folder" if path.is_dir() else "a link that leads nowhere" if path.is_symlink() else "not a file"
+            shown = f"{self.rel(self.profiles_dir)}/{path.name}"  # rel() would follow the link
+            raise UsageError(f"{shown}: {what}, not a profile", hint=f"make {shown} a YAML file or remove it")
         names = self.profile_names()
         close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
         from envbuild.profile import NAME_RE  # only on this error path: it loads pydantic

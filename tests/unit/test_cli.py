@@ -352,3 +352,20 @@ def test_smoke_table_keeps_the_engines_words(capsys: pytest.CaptureFixture[str])
     _print_smoke({"checks": [check], "passed": False, "failed": ["gpu"], "seconds": 1.0})
     out = " ".join(capsys.readouterr().out.split())
     assert "capabilities: [[gpu]]" in out and "fix: [/x] fix" in out and "smoke FAILED: gpu in 1.0s" in out
+
+
+def test_a_profile_that_is_not_a_file_is_named_as_such(cli: Cli, project: Path) -> None:
+    (project / "profiles" / "cpu-py399.yaml").mkdir()
+    res = cli("validate", "cpu-py399", "--project", str(project))
+    assert res.code == 2 and "profiles/cpu-py399.yaml: a folder, not a profile" in res.err
+    assert "cpu-py399" not in cli("list", "--project", str(project)).out  # a folder is no profile
+    (project / "profiles" / "gone.yaml").symlink_to(project / "profiles" / "elsewhere.yaml")
+    res = cli("validate", "--all", "--project", str(project))
+    assert res.code == 2 and "profiles/gone.yaml: a link that leads nowhere" in res.err
+
+
+def test_all_on_a_project_without_profiles_says_so(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "profiles").mkdir()
+    res = cli("validate", "--all", "--project", str(tmp_path))
+    assert res.code == 2 and "nothing to validate: profiles/ has no profiles" in res.err
+    assert "envbuild new" in res.err

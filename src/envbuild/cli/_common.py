@@ -81,6 +81,11 @@ def pick_profiles(proj: Any, names: list[str] | None, all_: bool, verb: str) -> 
     chosen = list(names or [])
     if all_:
         chosen += [n for n in proj.profile_names() if n not in chosen]
+    if not chosen and all_:
+        raise UsageError(
+            f"nothing to {verb}: {proj.rel(proj.profiles_dir)}/ has no profiles",
+            hint="`envbuild new cu126-py312` starts one, or pass --project DIR",
+        )
     if not chosen:
         raise UsageError(f"nothing to {verb}", hint="name profiles or pass --all")
     return chosen
