@@ -35,18 +35,37 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
         for tmp, path in staged:
             os.replace(tmp, path)
     except OSError as exc:
-        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-        if blocker is not None:  # mkdir says "File exists", open says "Not a directory"
-            raise WriteFailed(
-                f"cannot write {path}: {blocker} is a file, not a folder",
-                hint=f"move {blocker} out of the way, or choose another path",
-            ) from exc
-        raise WriteFailed(f"cannot write {path}: {exc.strerror or exc}", hint=_write_hint(exc, path)) from exc
+        raise _failed(exc, path) from exc
     finally:
         for tmp, _ in staged:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
     return [path for _, path in staged]
+
+
+def check_writable(path: Path) -> None:
+    """Fail now, not after a long run whose result would then be lost, when `path` cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    except OSError as exc:
+        raise _failed(exc, path) from exc
+
+
+def _failed(exc: OSError, path: Path) -> WriteFailed:
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:  # mkdir says "File exists", open says "Not a directory"
+        return WriteFailed(
+            f"cannot write {path}: {blocker} is a file, not a folder",
+            hint=f"move {blocker} out of the way, or choose another path",
+        )
+    if exc.errno == errno.EISDIR:
+        return WriteFailed(f"cannot write {path}: it is a folder", hint="name a file in it instead")
+    return WriteFailed(f"cannot write {path}: {exc.strerror or exc}", hint=_write_hint(exc, path))
 
 
 def _write_hint(exc: OSError, path: Path) -> str:

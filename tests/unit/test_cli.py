@@ -369,3 +369,15 @@ def test_all_on_a_project_without_profiles_says_so(cli: Cli, tmp_path: Path) -> 
     res = cli("validate", "--all", "--project", str(tmp_path))
     assert res.code == 2 and "nothing to validate: profiles/ has no profiles" in res.err
     assert "envbuild new" in res.err
+
+
+def test_smoke_json_that_cannot_be_written_fails_before_the_run(cli: Cli, project: Path, tmp_path: Path) -> None:
+    # before: the run took its minute, then the write failed and the table was never shown
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    res = cli("smoke", "cpu-py311", "--json", str(tmp_path), "--project", str(project))
+    assert res.code == 11 and f"cannot write {tmp_path}: it is a folder" in res.err
+    (tmp_path / "file").write_text("")
+    res = cli("smoke", "cpu-py311", "--json", str(tmp_path / "file" / "r.json"), "--project", str(project))
+    assert res.code == 11 and f"{tmp_path / 'file'} is a file, not a folder" in res.err
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]  # the probe left nothing behind

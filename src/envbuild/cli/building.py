@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
-from envbuild import output, refs
+from envbuild import fsutil, output, refs
 from envbuild.cli._common import (
     FindLinksOpt,
     IndexUrlOpt,
@@ -164,6 +164,8 @@ def smoke(
 
     _check_positive_seconds("--timeout", timeout, 600)
     refs.check("--tag", tag, "repository")
+    if json_file:
+        fsutil.check_writable(json_file)
     proj = project_at(project)
     prof = None
     if (target and (proj.profiles_dir / f"{target}.yaml").is_file()) or (target and target.endswith((".yaml", ".yml"))):
@@ -178,9 +180,9 @@ def smoke(
         report = host.smoke_image(
             proj, target, prof, repo=tag, gpus=gpus, timeout=timeout, shm_size=shm_size, ipc_host=ipc_host
         )
+    _print_smoke(report)
     if json_file:
         host.save_report(json_file, report)
-    _print_smoke(report)
     if not report["passed"]:
         raise SmokeFailed(f"smoke failed: {', '.join(report['failed'])}")
 
