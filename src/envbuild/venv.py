@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from envbuild import fetchfail, lock, lockfile, render
-from envbuild.errors import VenvError
+from envbuild.errors import UsageError, VenvError
 from envbuild.profile import Profile
 from envbuild.project import Project
 
@@ -76,6 +76,7 @@ def create(
     events: Callable[[str, str, str], None] | None = None,
 ) -> dict[str, object]:
     say = events or (lambda *_: None)
+    check_target(target, force)
     directory = lock.require_fresh(project, prof)
     facts = probe(python) if python else probe(find_python(prof))
     platform = str(facts["machine"])
@@ -83,8 +84,6 @@ def create(
         platform = prof.platforms[0]
     check_interpreter(prof, facts, platform)
     lock_file = directory / lockfile.lock_names(platform)[0]
-    if target.exists() and any(target.iterdir()) and not force:
-        raise VenvError(f"{target} exists and is not empty", hint="choose another folder or pass --force")
     eff = lock.effective_options(project, prof, opts or lock.LockOptions())
     src = render.torch_source(prof, index_url=eff.index_url, torch_index=eff.torch_index, find_links=eff.find_links)
     staging = target.with_name(f".{target.name}.envbuild-tmp")
@@ -143,6 +142,29 @@ def create(
         "packages": len(pins),
         "lockfile": str(lock_file),
     }
+
+
+def check_target(target: Path, force: bool) -> None:
+    """Where the venv goes: a new or empty folder, or (--force) a venv to replace, and nothing else.
+
+    --force deletes the folder, so it must be a venv: `--force` on a project or home folder by
+    mistake must not wipe it.
+    """
+    if target.is_symlink():
+        raise UsageError(f"{target} is a link", hint="name the folder it points to, or another one")
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise UsageError(f"{target} is a file, not a folder", hint="choose a new or empty folder for the venv")
+    if not any(target.iterdir()):
+        return
+    if not force:
+        raise UsageError(f"{target} exists and is not empty", hint="choose another folder; --force replaces a venv")
+    if not (target / "pyvenv.cfg").is_file():
+        raise UsageError(
+            f"{target} is not a virtual environment (no pyvenv.cfg); --force replaces only a venv",
+            hint="choose a new or empty folder, or remove this one yourself",
+        )
 
 
 def _uv(args: list[str]) -> None:

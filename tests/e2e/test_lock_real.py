@@ -76,6 +76,20 @@ def test_cpu_profile_locks_from_wheelhouse_and_makes_a_venv(proj: Path, tmp_path
     res = envbuild("venv", "cpu-py311", str(quick), "--find-links", WHEELS, "--no-compile", cwd=proj, timeout=900)
     assert res.returncode == 0, res.stderr
     assert not (quick / "lib" / "python3.11" / "site-packages" / "torch" / "__pycache__").exists()
+    # --force replaces that venv, and only a venv: a folder of someone's files is never wiped
+    again = ["venv", "cpu-py311", str(quick), "--find-links", WHEELS, "--no-compile"]
+    res = envbuild(*again, cwd=proj, timeout=900)
+    assert res.returncode == 2 and "exists and is not empty" in res.stderr
+    (quick / "marker").write_text("")
+    res = envbuild(*again, "--force", cwd=proj, timeout=900)
+    assert res.returncode == 0, res.stderr
+    assert not (quick / "marker").exists() and (quick / "bin" / "python").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    res = envbuild("venv", "cpu-py311", str(mine), "--force", cwd=proj)
+    assert res.returncode == 2 and "not a virtual environment (no pyvenv.cfg)" in res.stderr
+    assert (mine / "notes.txt").read_text() == "keep me"
 
 
 def test_new_profile_from_a_name_locks_against_pypi(tmp_path: Path) -> None:

@@ -381,3 +381,11 @@ def test_smoke_json_that_cannot_be_written_fails_before_the_run(cli: Cli, projec
     res = cli("smoke", "cpu-py311", "--json", str(tmp_path / "file" / "r.json"), "--project", str(project))
     assert res.code == 11 and f"{tmp_path / 'file'} is a file, not a folder" in res.err
     assert list(tmp_path.iterdir()) == [tmp_path / "file"]  # the probe left nothing behind
+
+
+def test_venv_into_a_file_is_refused_before_any_work(cli: Cli, project: Path, tmp_path: Path) -> None:
+    target = tmp_path / "a-file"
+    target.write_text("data")
+    res = cli("venv", "cpu-py311", str(target), "--project", str(project))
+    assert res.code == 2 and f"{target} is a file, not a folder" in res.err  # was exit 70, NotADirectoryError
+    assert target.read_text() == "data"

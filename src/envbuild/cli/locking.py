@@ -167,7 +167,7 @@ def venv(
         str | None,
         typer.Option(help="Interpreter to base the venv on (default: python3.X on PATH)."),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Replace a non-empty DIRECTORY.")] = False,
+    force: Annotated[bool, typer.Option(help="Replace the venv already in DIRECTORY.")] = False,
     find_links: FindLinksOpt = None,
     index_url: IndexUrlOpt = None,
     torch_index: TorchIndexOpt = None,
