@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -139,14 +140,43 @@ def push(
     digest = ""
     for ref in refs:  # immutable first, the moving tag last
         name, tag = ref.rsplit(":", 1)
+        before = _local_id(cli, ref)
         image.tag(name, tag=tag)
         say("phase", "push", ref)
 
         def attempt(n: str = name, t: str = tag) -> str:
             return _push_once(cli, n, t, say)
 
-        digest = _with_retries("push", ref, attempt, say)
+        try:
+            digest = _with_retries("push", ref, attempt, say)
+        except BaseException:
+            # the local tag says what the registry has: a push that did not land (or was
+            # interrupted) leaves it where it was, not on an image the registry never got
+            _restore_tag(cli, ref, before, image.id)
+            raise
     return PushResult(image.id, refs, digest)
+
+
+def _local_id(cli: Any, ref: str) -> str | None:
+    import docker
+
+    try:
+        return str(cli.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _restore_tag(cli: Any, ref: str, before: str | None, pushed: str) -> None:
+    import docker
+
+    if before == pushed:
+        return
+    name, tag = ref.rsplit(":", 1)
+    with contextlib.suppress(docker.errors.APIError):
+        if before is None:
+            cli.api.remove_image(ref, noprune=True)  # an untag: the image keeps its project tag
+        else:
+            cli.api.tag(before, name, tag=tag, force=True)
 
 
 @dataclass

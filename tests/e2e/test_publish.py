@@ -103,10 +103,13 @@ def test_push_refuses_an_untested_image(
         docker_client.images.remove(f"{repo}:cpu-py311", force=True, noprune=True)
 
 
-def test_registry_down_is_a_clear_error(built_cpu: dict[str, Any], e2e_project: Path, repo_name: str) -> None:
+def test_registry_down_is_a_clear_error(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str
+) -> None:
     from .conftest import _free_port
 
     dead = f"127.0.0.1:{_free_port()}/envbuild/down"
+    before = {t for i in docker_client.images.list() for t in i.tags}
     res = envbuild(
         "push",
         "cpu-py311",
@@ -122,6 +125,8 @@ def test_registry_down_is_a_clear_error(built_cpu: dict[str, Any], e2e_project: 
     assert "connection refused" in res.stderr.lower()
     assert "attempt 3 failed" in res.stderr and "retrying in" in res.stderr  # a retry is not a silent pause
     assert "Traceback" not in res.stderr
+    # the push tagged the image for the registry first; nothing landed, so that tag must not stay
+    assert {t for i in docker_client.images.list() for t in i.tags} == before
 
 
 def test_matrix_github_is_a_fromjson_matrix() -> None:
