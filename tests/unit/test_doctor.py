@@ -17,6 +17,7 @@ H200 = doctor.Gpu(0, "NVIDIA H200", "9.0", 143771)
 B200 = doctor.Gpu(0, "NVIDIA B200", "10.0", 183359)
 RTX5090 = doctor.Gpu(0, "NVIDIA GeForce RTX 5090", "12.0", 32607)
 GB10 = doctor.Gpu(0, "NVIDIA GB10", "12.1", 122502)
+L4 = doctor.Gpu(0, "NVIDIA L4", "8.9", 23034)
 
 
 def _verdicts(project: Path, report: doctor.HostReport) -> dict[str, tuple[bool, str]]:
@@ -39,9 +40,13 @@ def _verdicts(project: Path, report: doctor.HostReport) -> dict[str, tuple[bool,
         # Blackwell: torch 2.3's CUDA 12.1 build stops at sm_90 with no PTX, so is_available() lies there.
         (RTX5090, "580.65.06", "cu121-py311", False, "NVIDIA GeForce RTX 5090 (sm_120) is not in the cu121 build"),
         (B200, "580.65.06", "cu128-py313", True, "1 GPU(s)"),
-        # sm_121 has no SASS in the cu130 build; its compute_120 PTX is compiled by the driver.
+        # No build lists sm_121 or sm_89: sm_120 and sm_86 SASS run there (same major, lower minor),
+        # as on every DGX Spark and RTX 4090 / L4 running PyPI's wheels.
         (GB10, "580.65.06", "cu130-py313", True, "1 GPU(s)"),
-        (GB10, "580.65.06", "cu128-py313", False, "(sm_121) is not in the cu128 build"),
+        (GB10, "580.65.06", "cu128-py313", True, "1 GPU(s)"),
+        (L4, "570.86.10", "cu121-py311", True, "1 GPU(s)"),
+        # a new major needs its own SASS or PTX: cu126 stops at sm_90 (COMPAT-FACTS)
+        (B200, "580.65.06", "cu126-py312", False, "NVIDIA B200 (sm_100) is not in the cu126 build"),
     ],
 )
 def test_cuda_verdicts(project: Path, gpu: doctor.Gpu, driver: str, profile: str, runs: bool, why: str) -> None:

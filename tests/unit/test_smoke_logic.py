@@ -30,11 +30,18 @@ CU118 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
         ("12.0", CU130, True),  # Blackwell workstation: own SASS
         ("12.0", CU118, False),  # Blackwell on a cu118 build: is_available() is True, kernels fail
         ("10.0", CU118, False),  # B200 on cu118
-        ("8.9", CU118, False),  # Ada: no sm_89 SASS and no PTX to compile from
-        ("8.9", ["sm_80", "compute_80"], True),  # ... unless PTX of an older architecture is there
+        ("8.9", CU118, True),  # Ada (RTX 4090, L4): no sm_89, but sm_86 SASS runs on 8.x from 8.6 up
+        ("8.6", ["sm_80", "sm_89"], True),  # sm_80 runs on 8.6; sm_89 would not
+        ("8.0", ["sm_86", "sm_90"], False),  # SASS never runs on an older minor ...
+        ("9.0", ["sm_75", "sm_86"], False),  # ... nor across majors
+        ("9.0", ["sm_80", "compute_80"], True),  # PTX of an older architecture is compiled for it
+        ("12.1", CU130, True),  # GB10 (sm_121) on sm_120 SASS
         ("9.0", ["sm_80", "compute_90a"], True),  # arch-specific PTX runs on exactly that GPU
         ("10.0", ["sm_80", "compute_90a"], False),  # ... and is not forward compatible
         ("9.0", ["sm_90a"], True),  # arch-specific SASS
+        ("9.1", ["sm_90a"], False),  # ... exactly that one
+        ("10.3", ["sm_100f"], True),  # family-specific: that major, from its minor up
+        ("12.0", ["compute_100f"], False),  # ... and not beyond the family
         ("7.0", CU130, False),  # Volta left cu130's list
     ],
 )

@@ -214,19 +214,28 @@ def _arch_number(entry: str) -> tuple[int, str] | None:
 
 def arch_covers(capability: str, arch_list: list[str]) -> bool:
     """Whether a build with `arch_list` (torch.cuda.get_arch_list()) runs kernels on a GPU of
-    compute capability `capability` ("9.0"): its own SASS (sm_90, sm_90a), or PTX of an
-    older architecture that the driver compiles for it (compute_80 on sm_90). Arch-specific
-    PTX (compute_90a) is not forward compatible."""
+    compute capability `capability` ("8.9").
+
+    SASS for sm_XY runs on every GPU of major X with minor >= Y (sm_86 runs on an 8.9 Ada card,
+    which is how PyPI's wheels without sm_89 run there), never across majors. PTX (compute_XY)
+    is compiled by the driver for any newer GPU. Arch-specific code (sm_90a, compute_90a) runs
+    on exactly that GPU; family-specific code (sm_100f) on that major from its minor up.
+    """
     major, _, minor = capability.partition(".")
-    cap = int(major) * 10 + int(minor or 0)
+    cap = (int(major), int(minor or 0))
     for entry in arch_list:
         parsed = _arch_number(entry)
         if parsed is None:
             continue
         number, suffix = parsed
-        if entry.startswith("sm_") and number == cap:
-            return True
-        if entry.startswith("compute_") and (number == cap or (number < cap and not suffix)):
+        built = (number // 10, number % 10)
+        if suffix == "a":
+            runs = built == cap
+        elif entry.startswith("sm_") or suffix == "f":
+            runs = built[0] == cap[0] and built[1] <= cap[1]
+        else:
+            runs = entry.startswith("compute_") and built <= cap
+        if runs:
             return True
     return False
 
@@ -292,7 +301,9 @@ def check_gpu(ctx: Context, r: Result) -> None:
             info["arch"] = getattr(props, "gcnArchName", "?")
         devices.append(info)
         if ctx.accelerator == "cuda" and not arch_covers(f"{props.major}.{props.minor}", arch_list):
-            problems.append(f"GPU {i} ({props.name}, sm_{cap}) is not in this build's architectures {arch_list}")
+            problems.append(
+                f"GPU {i} ({props.name}, sm_{cap}): no kernels for it in this build's architectures {arch_list}"
+            )
             continue
         try:
             # A real kernel with a known answer: is_available() alone passes where kernels cannot run.
