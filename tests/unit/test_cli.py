@@ -389,3 +389,9 @@ def test_venv_into_a_file_is_refused_before_any_work(cli: Cli, project: Path, tm
     res = cli("venv", "cpu-py311", str(target), "--project", str(project))
     assert res.code == 2 and f"{target} is a file, not a folder" in res.err  # was exit 70, NotADirectoryError
     assert target.read_text() == "data"
+
+
+def test_render_refuses_a_base_that_is_not_an_image(cli: Cli, project: Path) -> None:
+    # it rendered ARG BASE_IMAGE="bad image" and exited 0; build refused the same value
+    res = cli("render", "cpu-py311", "--base", "bad image", "--project", str(project))
+    assert res.code == 2 and "--base 'bad image' is not an image reference" in res.err and res.out == ""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from envbuild import output
+from envbuild import output, refs
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -244,6 +244,7 @@ def render(
     """Render a profile's Dockerfile and lock inputs."""
     from envbuild import render as r
 
+    refs.check("--base", base, "image")
     proj = project_at(project)
     prof = load_profile(proj, name)
     outputs = r.render(prof, templates_dir=templates or proj.templates_dir, base=base)
