@@ -90,11 +90,11 @@ def engine_left_as_found(docker_client: Any) -> Iterator[None]:
     session owns (its repository prefix, its registries) is touched: another suite or a user
     working against the same engine at the same time keeps everything of theirs.
     """
-    containers = {c.id for c in docker_client.containers.list(all=True)}
+    containers = {c.id for c in docker_client.containers.list(all=True, ignore_removed=True)}
     tags = {t for image in docker_client.images.list() for t in image.tags}
     yield
     owned_images = {image.id for image in docker_client.images.list() if any(_owned(t) for t in image.tags)}
-    for container in docker_client.containers.list(all=True):
+    for container in docker_client.containers.list(all=True, ignore_removed=True):
         if container.id in containers:
             continue
         if container.attrs.get("Image") in owned_images or _owned(str(container.attrs["Config"].get("Image", ""))):

@@ -134,7 +134,12 @@ def test_gpu_request_on_a_host_without_gpus(docker_client: Any, built_cpu: dict[
 
 
 def _smoke_containers(docker_client: Any, image: str) -> list[Any]:
-    return list(docker_client.containers.list(all=True, filters={"label": f"{host.SMOKE_LABEL}={image}"}))
+    # ignore_removed: docker-py inspects each listed container, and one the run creates or removes
+    # in between answers 404 (seen once in CI, failing the poll before the SIGTERM was sent)
+    found = docker_client.containers.list(
+        all=True, filters={"label": f"{host.SMOKE_LABEL}={image}"}, ignore_removed=True
+    )
+    return list(found)
 
 
 def _sigterm_when(
@@ -194,7 +199,7 @@ def test_sweep_removes_only_smoke_containers_that_finished(docker_client: Any, b
         assert finished.id not in swept and never_started.id not in swept
         swept = host.sweep_stale(docker_client, older_than=0)
         assert [c.id in swept for c in ours] == [True, True, False, False, False]
-        left = {c.id for c in docker_client.containers.list(all=True)}
+        left = {c.id for c in docker_client.containers.list(all=True, ignore_removed=True)}
         assert not {finished.id, never_started.id} & left and {running.id, inherited.id, foreign.id} <= left
     finally:
         for c in ours:
