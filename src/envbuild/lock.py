@@ -16,7 +16,7 @@ from pathlib import Path
 
 from envbuild import fetchfail, lockfile, lockverify, render
 from envbuild import profile as profile_mod
-from envbuild.errors import EnvbuildError, LockError, LockMissing, StaleLock
+from envbuild.errors import EnvbuildError, LockError, LockMissing, StaleLock, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.lockfile import PLATFORM_TAGS, Pin
 from envbuild.profile import Profile
@@ -91,10 +91,20 @@ def effective_options(project: Project, prof: Profile, opts: LockOptions) -> Loc
     """Options, then the profile, then envbuild.toml: the first that says something wins."""
     cfg = project.config
     links = opts.find_links or tuple(prof.find_links) or tuple(cfg.find_links)
+    where = "--find-links" if opts.find_links else f"{prof.name}'s find_links" if prof.find_links else "envbuild.toml"
+    expanded = tuple(_expand(project, f) for f in links)
+    for given, path in zip(links, expanded, strict=True):
+        # a missing folder would otherwise surface late: as a resolution without the local wheels,
+        # or as a build whose context lacks the files its lockfile points at
+        if "://" not in path and not Path(path).exists():
+            raise UsageError(
+                f"{where}: {given} does not exist" + (f" ({path})" if path != given else ""),
+                hint="name a folder of wheels (or a URL), or leave it out to use the indexes",
+            )
     return LockOptions(
         index_url=opts.index_url or prof.index_url or cfg.index_url,
         torch_index=opts.torch_index or prof.torch_index or cfg.torch_index,
-        find_links=tuple(_expand(project, f) for f in links),
+        find_links=expanded,
         upgrade=opts.upgrade,
         upgrade_packages=opts.upgrade_packages,
         platforms=opts.platforms or tuple(prof.platforms),

@@ -78,13 +78,13 @@ def create(
     say = events or (lambda *_: None)
     check_target(target, force)
     directory = lock.require_fresh(project, prof)
+    eff = lock.effective_options(project, prof, opts or lock.LockOptions())
     facts = probe(python) if python else probe(find_python(prof))
     platform = str(facts["machine"])
     if platform not in prof.platforms:
         platform = prof.platforms[0]
     check_interpreter(prof, facts, platform)
     lock_file = directory / lockfile.lock_names(platform)[0]
-    eff = lock.effective_options(project, prof, opts or lock.LockOptions())
     src = render.torch_source(prof, index_url=eff.index_url, torch_index=eff.torch_index, find_links=eff.find_links)
     staging = target.with_name(f".{target.name}.envbuild-tmp")
     shutil.rmtree(staging, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import Result
+from ..conftest import REPO, Result
 
 Cli = Callable[..., Result]
 
@@ -395,3 +396,17 @@ def test_render_refuses_a_base_that_is_not_an_image(cli: Cli, project: Path) -> 
     # it rendered ARG BASE_IMAGE="bad image" and exited 0; build refused the same value
     res = cli("render", "cpu-py311", "--base", "bad image", "--project", str(project))
     assert res.code == 2 and "--base 'bad image' is not an image reference" in res.err and res.out == ""
+
+
+def test_a_find_links_folder_that_does_not_exist_is_named_before_any_work(
+    cli: Cli, project: Path, tmp_path: Path
+) -> None:
+    # build went on to the base image and lock resolved without the wheels; now it is a usage error
+    shutil.copytree(REPO / "lockfiles" / "cpu-py311", project / "lockfiles" / "cpu-py311")
+    missing = tmp_path / "no-wheels"
+    res = cli("venv", "cpu-py311", str(tmp_path / "v"), "--find-links", str(missing), "--project", str(project))
+    assert res.code == 2 and f"--find-links: {missing} does not exist" in res.err
+    (project / "envbuild.toml").write_text('[envbuild]\nfind_links = ["wheels"]\n')
+    res = cli("venv", "cpu-py311", str(tmp_path / "v"), "--project", str(project))
+    assert res.code == 2 and f"envbuild.toml: wheels does not exist ({project / 'wheels'})" in res.err
+    assert not (tmp_path / "v").exists()
