@@ -108,6 +108,10 @@ class LockCheckFailed(EnvbuildError):
         self.stale = stale
 
 
+class GeneratedDrift(EnvbuildError):
+    """A `--check` found a generated file (the CI workflow, the schema) missing or out of date."""
+
+
 class ProfilesBehind(EnvbuildError):
     """`envbuild outdated --check` found newer releases than the profiles pin."""
 
@@ -179,6 +183,7 @@ class WriteFailed(EnvbuildError):
 _EXIT_CODES: tuple[tuple[type[EnvbuildError], int], ...] = (
     (LockCheckFailed, 1),
     (ProfilesBehind, 1),
+    (GeneratedDrift, 1),
     (SmokeFailed, 1),
     (UsageError, 2),
     (ProfileError, 2),

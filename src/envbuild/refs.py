@@ -37,3 +37,17 @@ def check(where: str, value: str | None, kind: str) -> None:
     pattern, what, example = _KINDS[kind]
     if value is not None and not pattern.fullmatch(value):
         raise UsageError(f"{where} {value!r} is not {what}", hint=f"write e.g. {example}")
+
+
+_EXPRESSION = re.compile(r"\$\{\{[^{}]*\}\}")
+
+
+def check_workflow(where: str, value: str, kind: str) -> None:
+    """`check` for a value written into a CI workflow, where `${{ ... }}` expressions may stand for
+    parts of it (`ghcr.io/${{ github.repository }}`); each is judged as one path component."""
+    pattern, what, example = _KINDS[kind]
+    if not pattern.fullmatch(_EXPRESSION.sub("x", value)):
+        raise UsageError(
+            f"{where} {value!r} is not {what}, even with its ${{{{ ... }}}} expressions filled in",
+            hint=f"write e.g. {example} or ghcr.io/${{{{ github.repository }}}}",
+        )

@@ -410,3 +410,14 @@ def test_a_find_links_folder_that_does_not_exist_is_named_before_any_work(
     res = cli("venv", "cpu-py311", str(tmp_path / "v"), "--project", str(project))
     assert res.code == 2 and f"envbuild.toml: wheels does not exist ({project / 'wheels'})" in res.err
     assert not (tmp_path / "v").exists()
+
+
+def test_ci_github_checks_its_registry_and_names_a_missing_workflow(cli: Cli, project: Path, tmp_path: Path) -> None:
+    # 'bad reg' went into the workflow's push step as it stood
+    res = cli("ci", "github", "--registry", "bad reg", "--project", str(project))
+    assert res.code == 2 and "--registry 'bad reg' is not a registry path" in res.err and res.out == ""
+    ok = cli("ci", "github", "--registry", "${{ vars.REGISTRY }}/envs", "--project", str(project))
+    assert ok.code == 0 and "--registry ${{ vars.REGISTRY }}/envs" in ok.out
+    missing = tmp_path / "wf.yml"
+    res = cli("ci", "github", "--check", "-o", str(missing), "--project", str(project))
+    assert res.code == 1 and f"{missing} is missing" in res.err and "lockfile" not in res.err

@@ -109,5 +109,9 @@ def test_cli_prints_writes_and_checks(cli: Callable[..., Result], tmp_path: Path
     target.write_text("{}\n")
     drifted = cli("schema", "--check", "-o", str(target))
     assert drifted.code == 1
-    assert "envbuild schema -o" in drifted.err
+    assert f"{target} differs from this envbuild's profile schema" in drifted.err
+    assert f"regenerate it: envbuild schema -o {target}" in drifted.err
+    assert "lockfile" not in drifted.err  # it said "stale or missing lockfiles" of a schema file
     assert target.read_text("utf-8") == "{}\n"  # --check never writes
+    missing = cli("schema", "--check", "-o", str(tmp_path / "none.json"))
+    assert missing.code == 1 and f"{tmp_path / 'none.json'} is missing" in missing.err

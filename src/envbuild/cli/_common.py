@@ -141,15 +141,18 @@ def size_text(n: int) -> str:
 
 def write_or_check(text: str, output_file: Path | None, check: bool, what: str, command: str) -> None:
     """Generated files: print, write atomically, or (--check) exit 1 when the committed copy drifted."""
-    from envbuild.errors import LockCheckFailed, StaleLock, UsageError
+    from envbuild.errors import GeneratedDrift, UsageError
     from envbuild.fsutil import atomic_write_many
 
     if check:
         if output_file is None:
             raise UsageError("--check needs -o FILE", hint=f"{command} --check -o FILE")
-        current = output_file.read_text() if output_file.is_file() else ""
-        if current != text:
-            raise LockCheckFailed([StaleLock(str(output_file), f"differs from {what}", f"{command} -o {output_file}")])
+        if not output_file.is_file():
+            raise GeneratedDrift(f"{output_file} is missing", hint=f"write it: {command} -o {output_file}")
+        if output_file.read_text(encoding="utf-8", errors="replace") != text:
+            raise GeneratedDrift(
+                f"{output_file} differs from {what}", hint=f"regenerate it: {command} -o {output_file}"
+            )
         output.out().print(f"{output_file} is current")
         return
     if output_file is None:

@@ -100,8 +100,9 @@ def ci_github(
     project: ProjectOpt = None,
 ) -> None:
     """A GitHub Actions workflow: lock check, matrix build + smoke, push on main."""
-    from envbuild import ci
+    from envbuild import ci, refs
 
+    refs.check_workflow("--registry", registry, "registry")
     proj = project_at(project)
     write_or_check(
         ci.github_workflow(proj, registry), output_file, check, "the generated workflow", "envbuild ci github"
