@@ -19,7 +19,7 @@ from envbuild.smoke import host
 
 from ..conftest import REPO
 from ..unit.test_hardening import record
-from .conftest import derived, envbuild
+from .conftest import BASE, derived, envbuild
 
 pytestmark = pytest.mark.e2e
 
@@ -365,3 +365,13 @@ def test_an_image_that_was_never_built_is_a_usage_error(
     assert f"error: no image {repo}:cu124-py312 in the engine" in res.stderr
     assert "fix: build it (envbuild build cu124-py312) or pull it (envbuild pull cu124-py312)" in res.stderr
     assert "registry-1.docker.io" not in res.stderr
+
+
+def test_smoke_of_an_image_that_is_not_an_envbuild_image(docker_client: Any, e2e_project: Path) -> None:
+    # docker refuses to start a command the image lacks; that used to read as an OCI runtime error
+    base = BASE
+    res = envbuild("smoke", base, cwd=e2e_project)
+    assert res.returncode == 8, res.stderr
+    assert f"{base} has no envbuild-smoke: it is not an envbuild image" in res.stderr
+    assert "OCI runtime" not in res.stderr
+    assert _smoke_containers(docker_client, docker_client.images.get(base).id) == []

@@ -158,8 +158,11 @@ def run_in_image(
     shm_size: str | None = SHM_SIZE,
     ipc_host: bool = False,
     check_timeout: float = 120.0,
+    shown: str | None = None,
 ) -> dict[str, Any]:
-    """Run envbuild-smoke in a fresh container; the container is always removed."""
+    """Run envbuild-smoke in a fresh container; the container is always removed.
+
+    `shown`: how errors name the image (what the user typed); `image` is what runs (an ID)."""
     import docker
     import requests
 
@@ -179,6 +182,8 @@ def run_in_image(
         try:
             container.start()
         except docker.errors.APIError as exc:
+            if "executable file not found" in str(exc.explanation or exc):
+                raise _not_envbuild(shown or image) from exc
             if not gpu_kwargs:
                 raise SmokeError(f"the smoke container did not start: {exc.explanation or exc}") from exc
             # The engine cannot hand out the GPUs (no NVIDIA runtime, no /dev/kfd). The image is
@@ -210,15 +215,20 @@ def run_in_image(
         report: dict[str, Any] = json.loads(out)
     except ValueError as exc:
         if code in (126, 127):
-            raise SmokeError(
-                f"{image} has no envbuild-smoke (exit {code})", hint="only envbuild images carry the smoke test"
-            ) from exc
+            raise _not_envbuild(shown or image) from exc
         raise SmokeError(f"the smoke test crashed (exit {code}) before its report:\n{err[-2000:]}") from exc
     report["exit_code"] = code
     report["image"] = image
     if refused is not None:
         report["gpu_refused"] = refused
     return report
+
+
+def _not_envbuild(image: str) -> SmokeError:
+    return SmokeError(
+        f"{image} has no envbuild-smoke: it is not an envbuild image",
+        hint="only envbuild images carry the smoke test; build one with `envbuild build NAME`",
+    )
 
 
 def _create(cli: Any, image: str, command: list[str], kwargs: dict[str, Any]) -> Any:
@@ -358,6 +368,7 @@ def smoke_image(
         accelerator=accelerator,
         shm_size=shm_size,
         ipc_host=ipc_host,
+        shown=ref,
     )
     report["ref"] = ref
     if prof is not None:
