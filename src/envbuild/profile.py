@@ -25,7 +25,7 @@ from pydantic_core import CoreSchema, core_schema
 
 from envbuild.errors import ProfileError
 from envbuild.profilefile import Loaded, read_raw
-from envbuild.refs import IMAGE_RE, REGISTRY_RE
+from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
 NAME_RE = re.compile(r"^(cpu|cu\d{3}|rocm\d{2,3})-py3\d{1,2}(-[a-z0-9]+)*$")
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
@@ -34,7 +34,6 @@ CUDA_RE = re.compile(r"^\d{2}\.\d$")
 ROCM_RE = re.compile(r"^\d\.\d(\.\d)?$")
 APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,127}(=[A-Za-z0-9.+:~-]{1,64})?$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-URL_RE = re.compile(r"^(https?|file)://[^\s\"'`$\\]+$")
 # Pinned by dedicated fields; a second pin in `packages` would fight them.
 PINNED_ELSEWHERE = {"torch", "torchvision", "torchaudio", "numpy"}
 MAX_TEXT = 512

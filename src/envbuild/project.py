@@ -148,6 +148,8 @@ def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
     # a bad name would otherwise surface only when the engine refuses a tag, after a whole build
     refs.check(f"{config_path}: repository", raw.get("repository"), "repository")
     refs.check(f"{config_path}: registry", raw.get("registry"), "registry")
+    refs.check(f"{config_path}: index_url", raw.get("index_url"), "url")
+    refs.check(f"{config_path}: torch_index", raw.get("torch_index"), "url")
     return ProjectConfig(**raw)
 
 

@@ -23,12 +23,16 @@ REGISTRY_RE = re.compile(rf"^{_DOMAIN}(?:/{_COMP})+$")
 REPOSITORY_RE = re.compile(rf"^(?:{_DOMAIN}/)?{_COMP}(?:/{_COMP})*$")
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# An index or mirror (index_url, torch_index): no quote, space, $ or backslash, which would break
+# out of the rendered Dockerfile and the resolver's command line.
+URL_RE = re.compile(r"^(https?|file)://[^\s\"'`$\\]+$")
 
 _KINDS = {
     "image": (IMAGE_RE, "an image reference", "ubuntu:22.04@sha256:<digest>"),
     "registry": (REGISTRY_RE, "a registry path (HOST[:PORT]/PATH)", "ghcr.io/acme/envs"),
     "repository": (REPOSITORY_RE, "an image repository (lower case, no tag)", "envbuild or registry.local/team/envs"),
     "digest": (DIGEST_RE, "a manifest digest", "sha256:<64 hex>, as push printed it"),
+    "url": (URL_RE, "an http(s):// or file:// URL", "https://pypi.example/simple"),
 }
 
 

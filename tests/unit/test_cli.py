@@ -421,3 +421,18 @@ def test_ci_github_checks_its_registry_and_names_a_missing_workflow(cli: Cli, pr
     missing = tmp_path / "wf.yml"
     res = cli("ci", "github", "--check", "-o", str(missing), "--project", str(project))
     assert res.code == 1 and f"{missing} is missing" in res.err and "lockfile" not in res.err
+
+
+@pytest.mark.parametrize("command", [["lock", "cpu-py311"], ["venv", "cpu-py311", "v"], ["build", "cpu-py311"]])
+def test_index_options_must_be_urls(cli: Cli, project: Path, command: list[str]) -> None:
+    # 'notaurl' went to the resolver (a DNS error about another host); 'ftp://x' became a folder
+    res = cli(*command, "--index-url", "notaurl", "--project", str(project))
+    assert res.code == 2 and "--index-url 'notaurl' is not an http(s):// or file:// URL" in res.err
+    res = cli(*command, "--torch-index", "ftp://x", "--project", str(project))
+    assert res.code == 2 and "--torch-index 'ftp://x' is not an http(s):// or file:// URL" in res.err
+
+
+def test_envbuild_toml_index_url_must_be_a_url(cli: Cli, project: Path) -> None:
+    (project / "envbuild.toml").write_text('[envbuild]\nindex_url = "pypi.org/simple"\n')
+    res = cli("list", "--project", str(project))
+    assert res.code == 2 and "envbuild.toml: index_url 'pypi.org/simple' is not an http(s):// or file:// URL" in res.err

@@ -74,6 +74,14 @@ def project_at(path: str | None) -> Any:
     return open_project(path)
 
 
+def check_indexes(index_url: str | None, torch_index: str | None) -> None:
+    """--index-url and --torch-index, checked as the profile's fields are, before any work."""
+    from envbuild import refs
+
+    refs.check("--index-url", index_url, "url")
+    refs.check("--torch-index", torch_index, "url")
+
+
 def pick_profiles(proj: Any, names: list[str] | None, all_: bool, verb: str) -> list[str]:
     """The profiles a command was given, in order, then (--all) the rest of the project's."""
     from envbuild.errors import UsageError

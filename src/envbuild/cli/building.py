@@ -15,6 +15,7 @@ from envbuild.cli._common import (
     RepoOpt,
     TorchIndexOpt,
     app,
+    check_indexes,
     load_profile,
     project_at,
     size_text,
@@ -86,6 +87,7 @@ def build(
         raise UsageError(f"--builder {builder}: unknown", hint="use docker or buildkit")
     refs.check("--base", base, "image")
     refs.check("--tag", tag, "repository")
+    check_indexes(index_url, torch_index)
     _check_positive_seconds("--smoke-timeout", smoke_timeout, 900)
     proj = project_at(project)
     prof = load_profile(proj, name)

@@ -13,6 +13,7 @@ from envbuild.cli._common import (
     ProjectOpt,
     TorchIndexOpt,
     app,
+    check_indexes,
     check_jobs,
     load_profile,
     pick_profiles,
@@ -52,6 +53,7 @@ def lock(
     from envbuild.errors import LockCheckFailed, LockError, UsageError
 
     check_jobs(jobs)
+    check_indexes(index_url, torch_index)
     proj = project_at(project)
     chosen = pick_profiles(proj, names, all_, "lock")
     if check and dry_run:
@@ -181,6 +183,7 @@ def venv(
     from envbuild import lock as lk
     from envbuild import venv as vv
 
+    check_indexes(index_url, torch_index)
     proj = project_at(project)
     prof = load_profile(proj, name)
     opts = lk.LockOptions(index_url=index_url, torch_index=torch_index, find_links=tuple(find_links or ()))
