@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -374,6 +375,7 @@ def lock_one(project: Project, name: str, opts: LockOptions, events: Events | No
         path = project.profile_path(name)
         prof = profile_mod.load_valid(path, project.rel(path))
         eff = effective_options(project, prof, opts)
+        _check_upgrade_packages(project, prof, eff.upgrade_packages)
         digest = digest_of(prof, project.templates_dir)
         project.lockfiles_dir.mkdir(parents=True, exist_ok=True)
         # One writer per profile at a time, across processes; the second re-checks freshness.
@@ -395,6 +397,29 @@ def lock_one(project: Project, name: str, opts: LockOptions, events: Events | No
     outcome.seconds = time.monotonic() - start
     say(name, "locked", f"{outcome.message} in {outcome.seconds:.1f}s")
     return outcome
+
+
+def _check_upgrade_packages(project: Project, prof: Profile, packages: tuple[str, ...]) -> None:
+    """-P names packages of the current lockfile: a typo there would re-lock, change nothing and
+    say so, as if the package had no newer release."""
+    path = lock_dir(project, prof.name) / lockfile.lock_names("x86_64", prof.flavor)[0]
+    if not packages or prof.flavor != "venv" or not path.is_file():
+        return  # a first lock, or a conda lock (always solved from scratch): nothing to compare with
+    import difflib
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    locked = {lockfile.canonical(n) for n in lockfile.parse_requirements(path.read_text("utf-8"))}
+    for line in requirements_of(prof):  # one just added to the profile is not in the lockfile yet
+        with contextlib.suppress(InvalidRequirement):
+            locked.add(lockfile.canonical(Requirement(line).name))
+    for pkg in packages:
+        if lockfile.canonical(pkg) not in locked:
+            close = difflib.get_close_matches(lockfile.canonical(pkg), sorted(locked), n=1)
+            raise UsageError(
+                f"-P {pkg}: not in {prof.name}'s lockfile",
+                hint=f"did you mean -P {close[0]}?" if close else f"it locks: {', '.join(sorted(locked))}",
+            )
 
 
 def lock_many(

@@ -436,3 +436,11 @@ def test_envbuild_toml_index_url_must_be_a_url(cli: Cli, project: Path) -> None:
     (project / "envbuild.toml").write_text('[envbuild]\nindex_url = "pypi.org/simple"\n')
     res = cli("list", "--project", str(project))
     assert res.code == 2 and "envbuild.toml: index_url 'pypi.org/simple' is not an http(s):// or file:// URL" in res.err
+
+
+def test_upgrade_package_that_the_lock_does_not_have_is_refused(cli: Cli, project: Path) -> None:
+    # a typo re-locked, changed nothing and said "no package would change"
+    shutil.copytree(REPO / "lockfiles" / "cpu-py311", project / "lockfiles" / "cpu-py311")
+    res = cli("lock", "cpu-py311", "-P", "nmupy", "--dry-run", "--project", str(project))
+    assert res.code == 2 and "-P nmupy: not in cpu-py311's lockfile" in res.err
+    assert "did you mean -P numpy?" in res.err
