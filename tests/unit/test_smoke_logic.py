@@ -170,3 +170,28 @@ def test_run_refuses_to_ask_for_gpus_a_local_host_does_not_have(
     monkeypatch.delenv("DOCKER_HOST")
     argv = runner.docker_argv(cuda, "envbuild:cu121-py311", [], workdir=tmp_path, gpus="none")
     assert "--gpus" not in argv
+
+
+def test_local_mode_in_an_interpreter_without_the_environment_says_so(tmp_path: Path) -> None:
+    # a real interpreter with neither torch nor numpy: each check names what is missing and where,
+    # instead of "ModuleNotFoundError ... fix: see facts.traceback"
+    import subprocess
+    import sys
+
+    from envbuild.smoke.host import run_local
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    python = str(tmp_path / "bare" / "bin" / "python")
+    report = run_local({"accelerator": "cpu", "python": "3.11"}, python=python, lock_match="none", timeout=60)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["versions"]["reason"] == f"numpy is not installed in {python}"
+    assert checks["ddp"]["reason"] == f"torch is not installed in {python}"
+    assert "envbuild venv NAME DIR" in checks["ddp"]["remedy"] and report["exit_code"] == 1
+
+
+def test_local_mode_with_something_that_is_not_python(tmp_path: Path) -> None:
+    from envbuild.errors import SmokeError
+    from envbuild.smoke.host import run_local
+
+    with pytest.raises(SmokeError, match=r"/bin/true printed no report \(exit 0\)"):
+        run_local({"accelerator": "cpu"}, python="/bin/true", lock_match="none")

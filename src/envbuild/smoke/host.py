@@ -298,6 +298,10 @@ def run_local(
     try:
         report: dict[str, Any] = json.loads(stdout)
     except ValueError as exc:
+        if not stdout.strip() and not stderr.strip():
+            raise SmokeError(
+                f"{cmd[0]} printed no report (exit {proc.returncode})", hint="--python must name a Python interpreter"
+            ) from exc
         raise SmokeError(
             f"the smoke test crashed (exit {proc.returncode}):\n{stderr[-2000:]}",
             hint="does that interpreter have torch and numpy?",

@@ -726,6 +726,12 @@ def run(ctx: Context, only: list[str] | None = None) -> dict[str, Any]:
             r.status, r.reason = "skip", str(exc)
         except CheckFailed as exc:
             r.status, r.reason, r.remedy = "fail", exc.reason, exc.remedy
+        except ModuleNotFoundError as exc:  # an interpreter without the environment: say which
+            r.status, r.reason = "fail", f"{exc.name} is not installed in {sys.executable}"
+            r.remedy = (
+                "run inside the image, or make the environment from the lockfile "
+                "(envbuild venv NAME DIR) and pass --python DIR/bin/python"
+            )
         except Exception as exc:  # a check that crashes is a failed check, with its traceback as fact
             r.status, r.reason = "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             r.remedy = "see facts.traceback"
