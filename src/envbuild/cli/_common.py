@@ -119,19 +119,19 @@ def step_printer(as_json: bool) -> Any:
             return
         elapsed = _time.monotonic() - started
         if kind == "step":
-            console.print(f"[{elapsed:6.1f}s] step {key}: {text}", highlight=False)
+            console.print(f"[{elapsed:6.1f}s] step {key}: {text}")
         elif kind == "phase":
-            console.print(f"[{elapsed:6.1f}s] {key}: {text}", highlight=False)
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}")
         elif kind == "warning":
-            console.print(f"[{elapsed:6.1f}s] warning: {text}", style="yellow", highlight=False)
+            console.print(f"[{elapsed:6.1f}s] warning: {text}", style="yellow")
         elif kind == "remove":
-            console.print(f"[{elapsed:6.1f}s] removing {key} ({text})", highlight=False)
+            console.print(f"[{elapsed:6.1f}s] removing {key} ({text})")
         elif kind == "retry":
-            console.print(f"[{elapsed:6.1f}s] {key}: {text}", style="yellow", highlight=False)
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}", style="yellow")
         elif kind == "transfer" and elapsed - last_transfer[0] >= 2:
             # a line every 2 s at most: the engine sends one per layer per megabyte or so
             last_transfer[0] = elapsed
-            console.print(f"[{elapsed:6.1f}s] {key}: {text}", highlight=False)
+            console.print(f"[{elapsed:6.1f}s] {key}: {text}")
 
     return events
 

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
-from envbuild import fsutil, output, refs
+from envbuild import output, refs
 from envbuild.cli._common import (
     FindLinksOpt,
     IndexUrlOpt,
@@ -167,6 +167,8 @@ def smoke(
     _check_positive_seconds("--timeout", timeout, 600)
     refs.check("--tag", tag, "repository")
     if json_file:
+        from envbuild import fsutil  # not at import: every command's start-up would pay for it
+
         fsutil.check_writable(json_file)
     proj = project_at(project)
     prof = None

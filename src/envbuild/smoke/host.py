@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
-from envbuild.smoke.inside import GPU_REFUSED_ENV
 
 if TYPE_CHECKING:
     from envbuild.profile import Profile
@@ -165,6 +164,8 @@ def run_in_image(
     `shown`: how errors name the image (what the user typed); `image` is what runs (an ID)."""
     import docker
     import requests
+
+    from envbuild.smoke.inside import GPU_REFUSED_ENV  # here: `status` imports this module too
 
     command = [SMOKE_COMMAND, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
     kwargs: dict[str, Any] = {}
