@@ -153,6 +153,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         validated = envbuild(env, "validate", prof["name"], "--project", str(project), "--json")
         (out / "validate.json").write_text(validated.stdout or json.dumps({"stderr": validated.stderr}))
+        # doctor's verdicts on the repository's own profiles, judged against this real GPU and driver.
+        doctor = envbuild(env, "doctor", "--project", str(REPO), "--json", timeout=120)
+        (out / "doctor.json").write_text(doctor.stdout or json.dumps({"stderr": doctor.stderr}))
         t0 = time.perf_counter()
         smoke_json = out / "smoke.json"
         smoke = envbuild(
@@ -180,7 +183,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     (out / "smoke.txt").write_text(smoke.stdout + smoke.stderr)
     report = json.loads(smoke_json.read_text()) if smoke_json.is_file() else None
     text = render_report(
-        started=started, facts=facts, prof=prof, validated=validated, smoke=smoke, report=report, wall=wall
+        started=started,
+        facts=facts,
+        prof=prof,
+        validated=validated,
+        doctor=doctor,
+        smoke=smoke,
+        report=report,
+        wall=wall,
     )
     (out / "report.md").write_text(text)
     print(text)
@@ -193,6 +203,7 @@ def render_report(
     facts: dict[str, Any],
     prof: dict[str, Any],
     validated: subprocess.CompletedProcess[str],
+    doctor: subprocess.CompletedProcess[str],
     smoke: subprocess.CompletedProcess[str],
     report: dict[str, Any] | None,
     wall: float,
@@ -224,6 +235,7 @@ def render_report(
         f"`envbuild validate`: exit {validated.returncode}"
         + (" (valid)" if validated.returncode == 0 else " (compatibility data disagrees with this real install)"),
         "",
+        *doctor_lines(doctor),
         "## Smoke checks",
         "",
         f"Wall time of `envbuild smoke --local` (start to report): **{wall:.1f} s**; exit {smoke.returncode}.",
@@ -243,6 +255,22 @@ def render_report(
         if check.get("remedy") and check["status"] == "fail":
             lines.append(f"  - remedy: {check['remedy']}")
     return "\n".join(lines) + "\n"
+
+
+def doctor_lines(doctor: subprocess.CompletedProcess[str]) -> list[str]:
+    lines = ["", "## `envbuild doctor` on this host: which of the repository's profiles would run here", ""]
+    try:
+        data = json.loads(doctor.stdout)
+    except ValueError:
+        return [*lines, f"doctor exit {doctor.returncode}, no JSON:", "", "```", doctor.stderr[-2000:], "```", ""]
+    lines.append(
+        f"driver {data.get('nvidia_driver')} (CUDA {data.get('driver_cuda')}), "
+        f"shared memory {(data.get('shm_bytes') or 0) / 2**30:.1f} GiB; exit {doctor.returncode}"
+    )
+    lines += ["", "| profile | runs here | why |", "|---|---|---|"]
+    for v in data.get("profiles", []):
+        lines.append(f"| {v['profile']} | {'yes' if v['runs_here'] else 'no'} | {v['why'].replace('|', '/')} |")
+    return [*lines, ""]
 
 
 def cmd_wheels(args: argparse.Namespace) -> int:

@@ -342,6 +342,10 @@ def test_host_smoke_script_on_a_torch_install_without_envbuild(cpu_venv: Path, t
     assert 'name: "cpu-py311-host"' in report and 'torch: "2.13.0"' in report
     assert "`envbuild validate`: exit 0 (valid)" in report
     assert "| ddp | pass |" in report and "| gpu | skip |" in report
+    # doctor judges the repository's profiles against this host: here no GPU, so only CPU ones run.
+    assert "| cpu-py311 | yes | CPU profile |" in report
+    assert "| cu121-py311 | no | no NVIDIA GPU on this host |" in report
+    assert json.loads((out / "doctor.json").read_text())["gpus"] == []
     smoke = json.loads((out / "smoke.json").read_text())
     assert smoke["passed"] and _check(smoke, "versions")["facts"]["executable"] == str(cpu_venv / "bin" / "python")
 
