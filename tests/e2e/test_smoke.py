@@ -58,7 +58,7 @@ def test_numpy_that_differs_from_the_lockfile_fails_versions(docker_client: Any,
     assert not report["passed"] and report["exit_code"] == 1
     assert versions["status"] == "fail"
     assert "numpy 2.1.2 (lock: 2.1.3)" in versions["reason"]
-    assert "envbuild lock NAME && envbuild build NAME" in versions["remedy"]
+    assert "envbuild lock cpu-py311 && envbuild build cpu-py311" in versions["remedy"]
 
 
 def test_smoke_name_tests_the_image_its_tag_points_at(
@@ -294,7 +294,10 @@ def test_gpu_profile_without_a_gpu_fails_the_gpu_checks(cpu_venv: Path, tmp_path
     gpu = _check(report, "gpu")
     assert gpu["status"] == "fail" and gpu["reason"] == "no GPU visible: torch.cuda.is_available() is False"
     assert "--gpus all" in gpu["remedy"]
-    assert _check(report, "versions")["status"] == "fail"  # a CPU torch where CUDA 12.1 is expected
+    versions = _check(report, "versions")
+    assert versions["status"] == "fail"  # a CPU torch where CUDA 12.1 is expected
+    # on the host there is no image to rebuild: the remedy is an environment from the lockfile
+    assert "envbuild venv cu121-py311 DIR" in versions["remedy"] and "rebuild the image" not in versions["remedy"]
     res = envbuild(
         "smoke",
         "--local",

@@ -18,8 +18,9 @@ from envbuild.smoke.host import stale_since
 from envbuild.smoke.inside import arch_covers, driver_verdict, version_tuple
 from tests.conftest import Result
 
-# torch 2.11 +cu130's list as reported by torch.cuda.get_arch_list(), and an older cu118 one
-CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+# torch 2.11.0+cu130's list as torch.cuda.get_arch_list() reported it on an H200 (docs/GPU-SMOKE.md),
+# and an older cu118 one
+CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 CU118 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 
 
@@ -195,3 +196,29 @@ def test_local_mode_with_something_that_is_not_python(tmp_path: Path) -> None:
 
     with pytest.raises(SmokeError, match=r"/bin/true printed no report \(exit 0\)"):
         run_local({"accelerator": "cpu"}, python="/bin/true", lock_match="none")
+
+
+def test_fewer_gpus_than_asked_still_reports_the_ones_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--gpus 2` on a one-GPU host (seen on the H200): the check named only the count. A stand-in
+    # torch.cuda, since CI has no GPU; its device is outside the build's arch list so that no kernel
+    # is launched, and both problems must be reported with a remedy each.
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from envbuild.smoke.inside import CheckFailed, Context, Result, check_gpu
+
+    torch = ModuleType("torch")
+    torch.cuda = SimpleNamespace(  # type: ignore[attr-defined]
+        is_available=lambda: True,
+        device_count=lambda: 1,
+        get_arch_list=lambda: list(CU118),
+        get_device_properties=lambda i: SimpleNamespace(major=12, minor=0, name="Blackwell", total_memory=2**35),
+    )
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    ctx = Context(expect={"accelerator": "cuda", "cuda": "11.8"}, gpus="2", timeout=10, lock_match="none")
+    r = Result("gpu")
+    with pytest.raises(CheckFailed) as failed:
+        check_gpu(ctx, r)
+    assert failed.value.reason.startswith("1 GPU(s) visible, 2 expected; GPU 0 (Blackwell, sm_120): no kernels")
+    assert failed.value.remedy.startswith("check CUDA_VISIBLE_DEVICES and --gpus; use a profile whose build covers")
+    assert r.facts["devices"] == [{"index": 0, "name": "Blackwell", "capability": "12.0", "memory_gib": 32.0}]

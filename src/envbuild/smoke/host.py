@@ -272,6 +272,7 @@ def run_local(
             str(timeout),
             "--lock-match",
             lock_match,
+            "--local",
         ]
         try:
             # its own session: the DDP ranks and their forkserver are in that process group, so a

@@ -68,8 +68,22 @@ class Context:
     gpus: str  # "auto" | "all" | "none" | a number
     timeout: float
     lock_match: str  # exact | pins | none
+    local: bool = False  # `envbuild smoke --local`: an interpreter on the host, not an image
     torch: Any = None
     devices: int = 0
+
+    def environment_remedy(self) -> str:
+        """How to get an environment that matches the profile, where this run is (image or host)."""
+        name = self.expect.get("profile") or "NAME"
+        if self.local:
+            return (
+                f"make the environment from the lockfile (envbuild venv {name} DIR) and pass --python DIR/bin/python; "
+                "or, if this interpreter is the one you want, change the profile to match it"
+            )
+        return (
+            f"rebuild the image from a fresh lockfile (envbuild lock {name} && envbuild build {name}); "
+            "do not pip install into an envbuild environment"
+        )
 
     @property
     def accelerator(self) -> str:
@@ -150,11 +164,7 @@ def check_versions(ctx: Context, r: Result) -> None:
         elif extra:
             r.facts["not_in_lockfile"] = extra
     if problems:
-        raise CheckFailed(
-            "; ".join(problems),
-            "rebuild the image from a fresh lockfile (envbuild lock NAME && envbuild build NAME); "
-            "do not pip install into an envbuild environment",
-        )
+        raise CheckFailed("; ".join(problems), ctx.environment_remedy())
 
 
 def check_libs(ctx: Context, r: Result) -> None:
@@ -177,11 +187,9 @@ def check_libs(ctx: Context, r: Result) -> None:
             failed.append(f"{os.path.basename(hits[0])}: {exc}")
     r.facts.update(loaded=loaded, compiled_cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
     if failed:
-        raise CheckFailed(
-            "CUDA libraries fail to load: " + "; ".join(failed), "the environment is incomplete; rebuild the image"
-        )
+        raise CheckFailed("CUDA libraries fail to load: " + "; ".join(failed), ctx.environment_remedy())
     if not loaded and torch.backends.cudnn.version() is None:
-        raise CheckFailed("no CUDA runtime libraries found next to torch", "rebuild the image from its lockfile")
+        raise CheckFailed("no CUDA runtime libraries found next to torch", ctx.environment_remedy())
 
 
 def driver_version() -> str | None:
@@ -283,11 +291,13 @@ def check_gpu(ctx: Context, r: Result) -> None:
     ctx.devices = count
     r.facts["device_count"] = count
     want = None if ctx.gpus in {"all", "auto"} else int(ctx.gpus)
+    devices, problems, remedies = [], [], []
     if want is not None and count < want:
-        raise CheckFailed(f"{count} GPU(s) visible, {want} expected", "check CUDA_VISIBLE_DEVICES and --gpus")
+        # the GPUs that are there are still checked: the report should say which ones were seen
+        problems.append(f"{count} GPU(s) visible, {want} expected")
+        remedies.append("check CUDA_VISIBLE_DEVICES and --gpus")
     arch_list = torch.cuda.get_arch_list()
     r.facts["arch_list"] = arch_list
-    devices, problems = [], []
     for i in range(count):
         props = torch.cuda.get_device_properties(i)
         cap = f"{props.major}{props.minor}"
@@ -336,12 +346,13 @@ def check_gpu(ctx: Context, r: Result) -> None:
                 problems.append(problem)
             if note:
                 r.facts["driver_note"] = note
-    if problems:
-        raise CheckFailed(
-            "; ".join(problems),
+    if len(problems) > len(remedies):
+        remedies.append(
             "use a profile whose build covers this GPU (Blackwell needs cu128+), or upgrade the driver "
-            f"to >= {(ctx.expect.get('driver_floor') or {}).get('min_driver', 'the floor for this CUDA')}",
+            f"to >= {(ctx.expect.get('driver_floor') or {}).get('min_driver', 'the floor for this CUDA')}"
         )
+    if problems:
+        raise CheckFailed("; ".join(problems), "; ".join(remedies))
 
 
 def check_cudnn(ctx: Context, r: Result) -> None:
@@ -728,10 +739,7 @@ def run(ctx: Context, only: list[str] | None = None) -> dict[str, Any]:
             r.status, r.reason, r.remedy = "fail", exc.reason, exc.remedy
         except ModuleNotFoundError as exc:  # an interpreter without the environment: say which
             r.status, r.reason = "fail", f"{exc.name} is not installed in {sys.executable}"
-            r.remedy = (
-                "run inside the image, or make the environment from the lockfile "
-                "(envbuild venv NAME DIR) and pass --python DIR/bin/python"
-            )
+            r.remedy = ctx.environment_remedy()
         except Exception as exc:  # a check that crashes is a failed check, with its traceback as fact
             r.status, r.reason = "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             r.remedy = "see facts.traceback"
@@ -793,13 +801,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for a collective or a DataLoader")
     parser.add_argument("--lock-match", choices=["exact", "pins", "none"], default="exact")
     parser.add_argument("--only", action="append", help="run only this check (repeatable)")
+    parser.add_argument("--local", action="store_true", help="on the host, not in an image (changes the remedies)")
     args = parser.parse_args(argv)
     path = args.expect or (DEFAULT_EXPECT if os.path.exists(DEFAULT_EXPECT) else None)
     expect: dict[str, Any] = {}
     if path:
         with open(path, encoding="utf-8") as fh:
             expect = json.load(fh)
-    ctx = Context(expect=expect, gpus=args.gpus, timeout=args.timeout, lock_match=args.lock_match)
+    ctx = Context(expect=expect, gpus=args.gpus, timeout=args.timeout, lock_match=args.lock_match, local=args.local)
     report = run(ctx, args.only)
     text = table(report)
     if args.json_out == "-":
