@@ -188,6 +188,7 @@ def test_local_mode_in_an_interpreter_without_the_environment_says_so(tmp_path: 
     assert checks["versions"]["reason"] == f"numpy is not installed in {python}"
     assert checks["ddp"]["reason"] == f"torch is not installed in {python}"
     assert "envbuild venv NAME DIR" in checks["ddp"]["remedy"] and report["exit_code"] == 1
+    assert "change the profile" not in checks["ddp"]["remedy"]  # no torch at all: no profile would match
 
 
 def test_local_mode_with_something_that_is_not_python(tmp_path: Path) -> None:

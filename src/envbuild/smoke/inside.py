@@ -72,13 +72,17 @@ class Context:
     torch: Any = None
     devices: int = 0
 
-    def environment_remedy(self) -> str:
+    def environment_remedy(self, *, or_change_profile: bool = False) -> str:
         """How to get an environment that matches the profile, where this run is (image or host)."""
         name = self.expect.get("profile") or "NAME"
         if self.local:
             return (
-                f"make the environment from the lockfile (envbuild venv {name} DIR) and pass --python DIR/bin/python; "
-                "or, if this interpreter is the one you want, change the profile to match it"
+                f"make the environment from the lockfile (envbuild venv {name} DIR) and pass --python DIR/bin/python"
+                + (
+                    "; or, if this interpreter is the one you want, change the profile to match it"
+                    if or_change_profile
+                    else ""
+                )
             )
         return (
             f"rebuild the image from a fresh lockfile (envbuild lock {name} && envbuild build {name}); "
@@ -164,7 +168,7 @@ def check_versions(ctx: Context, r: Result) -> None:
         elif extra:
             r.facts["not_in_lockfile"] = extra
     if problems:
-        raise CheckFailed("; ".join(problems), ctx.environment_remedy())
+        raise CheckFailed("; ".join(problems), ctx.environment_remedy(or_change_profile=True))
 
 
 def check_libs(ctx: Context, r: Result) -> None:
@@ -291,11 +295,9 @@ def check_gpu(ctx: Context, r: Result) -> None:
     ctx.devices = count
     r.facts["device_count"] = count
     want = None if ctx.gpus in {"all", "auto"} else int(ctx.gpus)
-    devices, problems, remedies = [], [], []
-    if want is not None and count < want:
-        # the GPUs that are there are still checked: the report should say which ones were seen
-        problems.append(f"{count} GPU(s) visible, {want} expected")
-        remedies.append("check CUDA_VISIBLE_DEVICES and --gpus")
+    # too few GPUs does not stop the check: the report should say which ones were seen, and how they did
+    short = f"{count} GPU(s) visible, {want} expected" if want is not None and count < want else None
+    devices, problems = [], []
     arch_list = torch.cuda.get_arch_list()
     r.facts["arch_list"] = arch_list
     for i in range(count):
@@ -346,13 +348,14 @@ def check_gpu(ctx: Context, r: Result) -> None:
                 problems.append(problem)
             if note:
                 r.facts["driver_note"] = note
-    if len(problems) > len(remedies):
+    remedies = ["check CUDA_VISIBLE_DEVICES and --gpus"] if short else []
+    if problems:
         remedies.append(
             "use a profile whose build covers this GPU (Blackwell needs cu128+), or upgrade the driver "
             f"to >= {(ctx.expect.get('driver_floor') or {}).get('min_driver', 'the floor for this CUDA')}"
         )
-    if problems:
-        raise CheckFailed("; ".join(problems), "; ".join(remedies))
+    if short or problems:
+        raise CheckFailed("; ".join(([short] if short else []) + problems), "; ".join(remedies))
 
 
 def check_cudnn(ctx: Context, r: Result) -> None:
