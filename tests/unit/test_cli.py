@@ -392,6 +392,28 @@ def test_venv_into_a_file_is_refused_before_any_work(cli: Cli, project: Path, tm
     assert target.read_text() == "data"
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [("/nonexistent/python3", "does not exist"), ("python9.9", "is not on PATH"), ("/", "is a folder")],
+)
+@pytest.mark.parametrize("command", [["venv", "cpu-py311", "DIR"], ["smoke", "--local", "cpu-py311"]])
+def test_a_python_that_cannot_run_is_a_usage_error(
+    cli: Cli, project: Path, tmp_path: Path, command: list[str], value: str, why: str
+) -> None:
+    # venv said exit 4 "cannot run the interpreter ... [Errno 2]", smoke --local exit 8: a mistyped option
+    args = [str(tmp_path / "v") if a == "DIR" else a for a in command]
+    res = cli(*args, "--python", value, "--project", str(project))
+    assert res.code == 2 and f"--python {value}: {why}" in res.err
+    assert not (tmp_path / "v").exists()
+
+
+def test_smoke_python_without_local_is_refused(cli: Cli, project: Path) -> None:
+    # it was ignored: the image's own interpreter ran, and the user believed theirs was checked
+    res = cli("smoke", "cpu-py311", "--python", "python3", "--project", str(project))
+    assert res.code == 2 and "--python goes with --local" in res.err
+    assert "envbuild smoke --local cpu-py311 --python python3" in res.err
+
+
 def test_render_refuses_a_base_that_is_not_an_image(cli: Cli, project: Path) -> None:
     # it rendered ARG BASE_IMAGE="bad image" and exited 0; build refused the same value
     res = cli("render", "cpu-py311", "--base", "bad image", "--project", str(project))

@@ -143,6 +143,27 @@ def check_jobs(jobs: int | None) -> None:
         raise UsageError(f"--jobs {jobs}: must be 1 or more", hint="e.g. -j 4")
 
 
+def check_python(python: str | None) -> None:
+    """--python must name something runnable; a typo is a usage error before any work, not a failed run."""
+    import os
+    import shutil
+
+    from envbuild.errors import UsageError
+
+    if python is None or shutil.which(python):
+        return
+    path = Path(python)
+    if path.is_dir():
+        why = "is a folder"
+    elif path.exists():
+        why = "is not executable"
+    elif os.sep in python:
+        why = "does not exist"
+    else:
+        why = "is not on PATH"
+    raise UsageError(f"--python {python}: {why}", hint="give a Python interpreter, e.g. --python /usr/bin/python3.11")
+
+
 def size_text(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 

@@ -16,6 +16,7 @@ from envbuild.cli._common import (
     TorchIndexOpt,
     app,
     check_indexes,
+    check_python,
     load_profile,
     project_at,
     size_text,
@@ -166,6 +167,12 @@ def smoke(
 
     _check_positive_seconds("--timeout", timeout, 600)
     refs.check("--tag", tag, "repository")
+    if python is not None and not local:
+        raise UsageError(
+            "--python goes with --local: an image runs its own interpreter",
+            hint=f"envbuild smoke --local {target or 'NAME'} --python {python}",
+        )
+    check_python(python)
     if json_file:
         from envbuild import fsutil  # not at import: every command's start-up would pay for it
 

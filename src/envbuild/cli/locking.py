@@ -15,6 +15,7 @@ from envbuild.cli._common import (
     app,
     check_indexes,
     check_jobs,
+    check_python,
     load_profile,
     pick_profiles,
     project_at,
@@ -184,6 +185,7 @@ def venv(
     from envbuild import venv as vv
 
     check_indexes(index_url, torch_index)
+    check_python(python)
     proj = project_at(project)
     prof = load_profile(proj, name)
     opts = lk.LockOptions(index_url=index_url, torch_index=torch_index, find_links=tuple(find_links or ()))
