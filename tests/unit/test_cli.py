@@ -407,11 +407,23 @@ def test_a_python_that_cannot_run_is_a_usage_error(
     assert not (tmp_path / "v").exists()
 
 
-def test_smoke_python_without_local_is_refused(cli: Cli, project: Path) -> None:
-    # it was ignored: the image's own interpreter ran, and the user believed theirs was checked
-    res = cli("smoke", "cpu-py311", "--python", "python3", "--project", str(project))
-    assert res.code == 2 and "--python goes with --local" in res.err
-    assert "envbuild smoke --local cpu-py311 --python python3" in res.err
+@pytest.mark.parametrize(
+    ("args", "message", "hint"),
+    [
+        (["--python", "python3"], "--python goes with --local", "envbuild smoke --local cpu-py311 --python python3"),
+        (["--lock-match", "none"], "--lock-match goes with --local", "envbuild smoke --local cpu-py311 --lock-match"),
+        (["--local", "--shm-size", "8g"], "--shm-size is for a run in a container", "smoke cpu-py311 --shm-size 8g"),
+        (["--local", "--ipc-host"], "--ipc-host is for a run in a container", "envbuild smoke cpu-py311 --ipc-host"),
+        (["--local", "--tag", "reg/x"], "--tag is for a run in a container", "envbuild smoke cpu-py311 --tag reg/x"),
+        (["--shm-size", "8g", "--ipc-host"], "--shm-size and --ipc-host", "envbuild smoke cpu-py311 --ipc-host"),
+    ],
+)
+def test_smoke_options_of_the_other_mode_are_refused(
+    cli: Cli, project: Path, args: list[str], message: str, hint: str
+) -> None:
+    # they were ignored: e.g. the image's interpreter ran while the user believed theirs was checked
+    res = cli("smoke", "cpu-py311", *args, "--project", str(project))
+    assert res.code == 2 and message in res.err and hint in res.err
 
 
 def test_render_refuses_a_base_that_is_not_an_image(cli: Cli, project: Path) -> None:

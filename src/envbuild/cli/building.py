@@ -155,9 +155,13 @@ def smoke(
     ] = "auto",
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the JSON report here.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the whole run is stopped.")] = 600.0,
-    shm_size: Annotated[str, typer.Option(help="Size of the container's shared memory (shm).")] = "2g",
+    shm_size: Annotated[
+        str | None, typer.Option(help="Size of the container's shared memory (default 2g).", show_default=False)
+    ] = None,
     ipc_host: Annotated[bool, typer.Option("--ipc-host", help="Share the host's IPC namespace instead.")] = False,
-    lock_match: Annotated[str, typer.Option(help="--local: exact, pins or none.")] = "pins",
+    lock_match: Annotated[
+        str | None, typer.Option(help="--local: exact, pins (default) or none.", show_default=False)
+    ] = None,
     tag: RepoOpt = None,
     project: ProjectOpt = None,
 ) -> None:
@@ -167,11 +171,9 @@ def smoke(
 
     _check_positive_seconds("--timeout", timeout, 600)
     refs.check("--tag", tag, "repository")
-    if python is not None and not local:
-        raise UsageError(
-            "--python goes with --local: an image runs its own interpreter",
-            hint=f"envbuild smoke --local {target or 'NAME'} --python {python}",
-        )
+    _check_smoke_mode(
+        local, target, python=python, lock_match=lock_match, shm_size=shm_size, ipc_host=ipc_host, tag=tag
+    )
     check_python(python)
     if json_file:
         from envbuild import fsutil  # not at import: every command's start-up would pay for it
@@ -184,18 +186,68 @@ def smoke(
     if local:
         if prof is None:
             raise UsageError("--local needs a profile name", hint="envbuild smoke --local cpu-py311")
-        report = host.smoke_profile_here(proj, prof, python=python, gpus=gpus, timeout=timeout, lock_match=lock_match)
+        report = host.smoke_profile_here(
+            proj, prof, python=python, gpus=gpus, timeout=timeout, lock_match=lock_match or "pins"
+        )
     else:
         if target is None:
             raise UsageError("name a profile or an image")
         report = host.smoke_image(
-            proj, target, prof, repo=tag, gpus=gpus, timeout=timeout, shm_size=shm_size, ipc_host=ipc_host
+            proj,
+            target,
+            prof,
+            repo=tag,
+            gpus=gpus,
+            timeout=timeout,
+            shm_size=host.SHM_SIZE if shm_size is None else shm_size,
+            ipc_host=ipc_host,
         )
     _print_smoke(report)
     if json_file:
         host.save_report(json_file, report)
     if not report["passed"]:
         raise SmokeFailed(f"smoke failed: {', '.join(report['failed'])}")
+
+
+def _check_smoke_mode(
+    local: bool,
+    target: str | None,
+    *,
+    python: str | None,
+    lock_match: str | None,
+    shm_size: str | None,
+    ipc_host: bool,
+    tag: str | None,
+) -> None:
+    """Options of the other mode would be ignored silently, and the user would believe they took effect."""
+    from envbuild.errors import UsageError
+
+    name = target or "NAME"
+    if not local:
+        for option, value, why in (
+            ("--python", python, "an image runs its own interpreter"),
+            ("--lock-match", lock_match, "an image is checked against the lockfile it was built from"),
+        ):
+            if value is not None:
+                raise UsageError(
+                    f"{option} goes with --local: {why}", hint=f"envbuild smoke --local {name} {option} {value}"
+                )
+        if shm_size is not None and ipc_host:
+            raise UsageError(
+                "--shm-size and --ipc-host: with --ipc-host the container uses the host's /dev/shm; pick one",
+                hint=f"envbuild smoke {name} --ipc-host",
+            )
+        return
+    for option, shown in (
+        ("--shm-size", None if shm_size is None else f"--shm-size {shm_size}"),
+        ("--ipc-host", "--ipc-host" if ipc_host else None),
+        ("--tag", None if tag is None else f"--tag {tag}"),
+    ):
+        if shown:
+            raise UsageError(
+                f"{option} is for a run in a container; --local runs here, with this host's /dev/shm and no image",
+                hint=f"envbuild smoke {name} {shown} (without --local)",
+            )
 
 
 @app.command()
