@@ -426,6 +426,28 @@ def test_smoke_options_of_the_other_mode_are_refused(
     assert res.code == 2 and message in res.err and hint in res.err
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--no-smoke", "--gpus", "all"], "--gpus is for the smoke test, and --no-smoke runs none"),
+        (["--no-smoke", "--smoke-timeout", "60"], "--smoke-timeout is for the smoke test, and --no-smoke runs none"),
+        (["--context-only", "--gpus", "none"], "--gpus is for the smoke test, and --context-only runs none"),
+    ],
+)
+def test_build_smoke_options_without_a_smoke_test_are_refused(
+    cli: Cli, project: Path, args: list[str], message: str
+) -> None:
+    # they were ignored: `--no-smoke --gpus all` built an untested image while asking for a GPU test
+    res = cli("build", "cpu-py311", *args, "--project", str(project))
+    assert res.code == 2 and message in res.err
+
+
+def test_smoke_local_of_a_name_that_is_no_profile_names_the_closest(cli: Cli, project: Path) -> None:
+    # it said "--local needs a profile name" although one was given
+    res = cli("smoke", "--local", "cpu-py31", "--project", str(project))
+    assert res.code == 2 and "no profile 'cpu-py31'" in res.err and "did you mean cpu-py312, cpu-py311" in res.err
+
+
 def test_render_refuses_a_base_that_is_not_an_image(cli: Cli, project: Path) -> None:
     # it rendered ARG BASE_IMAGE="bad image" and exited 0; build refused the same value
     res = cli("render", "cpu-py311", "--base", "bad image", "--project", str(project))

@@ -1,5 +1,6 @@
 """Commands on images: build, smoke, images."""
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -68,11 +69,18 @@ def build(
         bool, typer.Option("--no-smoke", help="Skip the smoke test (the image gets no smoke label).")
     ] = False,
     gpus: Annotated[
-        str, typer.Option(help="Smoke test GPUs: auto (all, or none on a host without any), all, none or a count.")
-    ] = "auto",
+        str | None,
+        typer.Option(
+            help="Smoke test GPUs: auto (default: all, or none on a host without any), all, none or a count.",
+            show_default=False,
+        ),
+    ] = None,
     smoke_timeout: Annotated[
-        float, typer.Option("--smoke-timeout", help="Seconds the smoke test may take before it fails.")
-    ] = 600.0,
+        float | None,
+        typer.Option(
+            "--smoke-timeout", help="Seconds the smoke test may take before it fails (default 600).", show_default=False
+        ),
+    ] = None,
     builder: Annotated[str, typer.Option(help="docker (the SDK) or buildkit.")] = "docker",
     context_only: Annotated[
         bool, typer.Option("--context-only", help="Only assemble the build context (for bake).")
@@ -89,7 +97,15 @@ def build(
     refs.check("--base", base, "image")
     refs.check("--tag", tag, "repository")
     check_indexes(index_url, torch_index)
-    _check_positive_seconds("--smoke-timeout", smoke_timeout, 900)
+    if no_smoke or context_only:
+        for option, given in (("--gpus", gpus), ("--smoke-timeout", smoke_timeout)):
+            if given is not None:
+                raise UsageError(
+                    f"{option} is for the smoke test, and {'--no-smoke' if no_smoke else '--context-only'} runs none",
+                    hint=f"drop {option}, or drop {'--no-smoke' if no_smoke else '--context-only'}",
+                )
+    if smoke_timeout is not None:
+        _check_positive_seconds("--smoke-timeout", smoke_timeout, 900)
     proj = project_at(project)
     prof = load_profile(proj, name)
     opts = b.BuildOptions(
@@ -102,10 +118,13 @@ def build(
         index_url=index_url,
         torch_index=torch_index,
         smoke=not no_smoke,
-        smoke_gpus=gpus,
-        smoke_timeout=smoke_timeout,
         builder=builder,
     )
+    # None only says "not given" (for the --no-smoke check above): BuildOptions' defaults stand
+    if gpus is not None:
+        opts = dataclasses.replace(opts, smoke_gpus=gpus)
+    if smoke_timeout is not None:
+        opts = dataclasses.replace(opts, smoke_timeout=smoke_timeout)
     if context_only:
         ctx = b.context_only(proj, prof, opts, step_printer(as_json))
         if as_json:
@@ -184,8 +203,10 @@ def smoke(
     if (target and (proj.profiles_dir / f"{target}.yaml").is_file()) or (target and target.endswith((".yaml", ".yml"))):
         prof = load_profile(proj, target)
     if local:
-        if prof is None:
+        if target is None:
             raise UsageError("--local needs a profile name", hint="envbuild smoke --local cpu-py311")
+        if prof is None:
+            prof = load_profile(proj, target)  # not a profile: its error names the closest one
         report = host.smoke_profile_here(
             proj, prof, python=python, gpus=gpus, timeout=timeout, lock_match=lock_match or "pins"
         )
