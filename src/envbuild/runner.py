@@ -11,6 +11,9 @@ from envbuild.errors import UsageError
 from envbuild.profile import Profile
 from envbuild.smoke import host
 
+# Training, not a smoke test: DataLoader workers with large batches want more than the smoke test's 2g.
+SHM_SIZE = "8g"
+
 
 def docker_argv(
     prof: Profile,
@@ -20,7 +23,7 @@ def docker_argv(
     workdir: Path,
     gpus: str = "auto",
     ipc_host: bool = False,
-    shm_size: str = "8g",
+    shm_size: str = SHM_SIZE,
     tty: bool = False,
 ) -> list[str]:
     """The docker CLI call for an interactive-capable run (TTYs pass through the CLI untouched)."""

@@ -448,6 +448,19 @@ def test_smoke_local_of_a_name_that_is_no_profile_names_the_closest(cli: Cli, pr
     assert res.code == 2 and "no profile 'cpu-py31'" in res.err and "did you mean cpu-py312, cpu-py311" in res.err
 
 
+@pytest.mark.parametrize("option", [["--upgrade"], ["-P", "numpy"]])
+def test_lock_check_with_an_upgrade_is_refused(cli: Cli, project: Path, option: list[str]) -> None:
+    # it said "1 lockfile(s) fresh" and upgraded nothing
+    res = cli("lock", "cpu-py311", "--check", *option, "--project", str(project))
+    assert res.code == 2 and f"--check and {option[0]} do not go together" in res.err
+
+
+def test_run_with_both_shm_size_and_ipc_host_is_refused(cli: Cli, project: Path) -> None:
+    # the size was dropped without a word (docker's --ipc=host shares the host's /dev/shm)
+    res = cli("run", "cpu-py311", "--ipc-host", "--shm-size", "1g", "--project", str(project))
+    assert res.code == 2 and "--shm-size and --ipc-host" in res.err and "envbuild run cpu-py311 --ipc-host" in res.err
+
+
 def test_render_refuses_a_base_that_is_not_an_image(cli: Cli, project: Path) -> None:
     # it rendered ARG BASE_IMAGE="bad image" and exited 0; build refused the same value
     res = cli("render", "cpu-py311", "--base", "bad image", "--project", str(project))

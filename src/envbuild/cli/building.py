@@ -253,11 +253,9 @@ def _check_smoke_mode(
                 raise UsageError(
                     f"{option} goes with --local: {why}", hint=f"envbuild smoke --local {name} {option} {value}"
                 )
-        if shm_size is not None and ipc_host:
-            raise UsageError(
-                "--shm-size and --ipc-host: with --ipc-host the container uses the host's /dev/shm; pick one",
-                hint=f"envbuild smoke {name} --ipc-host",
-            )
+        from envbuild.smoke import host
+
+        host.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {name}")
         return
     for option, shown in (
         ("--shm-size", None if shm_size is None else f"--shm-size {shm_size}"),

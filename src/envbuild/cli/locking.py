@@ -59,6 +59,12 @@ def lock(
     chosen = pick_profiles(proj, names, all_, "lock")
     if check and dry_run:
         raise UsageError("--check and --dry-run do not go together", hint="--check is offline; --dry-run resolves")
+    if check and (upgrade or upgrade_package):
+        option = "--upgrade" if upgrade else "-P"
+        raise UsageError(
+            f"--check and {option} do not go together: --check is offline and changes nothing",
+            hint=f"upgrade first (envbuild lock ... {option}{' PKG' if option == '-P' else ''}), then check",
+        )
     if check:
         stale = lk.check(proj, chosen)
         if as_json:

@@ -157,7 +157,9 @@ def run_image(
     ipc_host: Annotated[
         bool, typer.Option("--ipc-host", help="Share the host's IPC namespace (NCCL, DataLoader).")
     ] = False,
-    shm_size: Annotated[str, typer.Option(help="Shared memory size when not --ipc-host.")] = "8g",
+    shm_size: Annotated[
+        str | None, typer.Option(help="Shared memory size when not --ipc-host (default 8g).", show_default=False)
+    ] = None,
     project: ProjectOpt = None,
 ) -> int:
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
@@ -168,8 +170,7 @@ def run_image(
 
     host.check_gpus(gpus)
     refs.check("--tag", tag, "repository")
-    if not ipc_host:
-        host.check_shm_size(shm_size)
+    host.check_shm_choice(shm_size, ipc_host, f"envbuild run {name}")
     proj = project_at(project)
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
@@ -183,7 +184,7 @@ def run_image(
         workdir=Path.cwd(),
         gpus=gpus,
         ipc_host=ipc_host,
-        shm_size=shm_size,
+        shm_size=runner.SHM_SIZE if shm_size is None else shm_size,
         tty=sys.stdin.isatty() and sys.stdout.isatty(),
     )
     code = subprocess.call(argv)

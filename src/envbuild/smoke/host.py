@@ -58,6 +58,17 @@ def check_shm_size(value: str) -> None:
     raise UsageError(f"--shm-size {value!r}: not a size", hint="e.g. --shm-size 2g (a number, then b, k, m or g)")
 
 
+def check_shm_choice(shm_size: str | None, ipc_host: bool, command: str) -> None:
+    """`--shm-size` (None: not given) and `--ipc-host` together: the engine would ignore the size."""
+    if shm_size is not None and ipc_host:
+        raise UsageError(
+            "--shm-size and --ipc-host: with --ipc-host the container uses the host's /dev/shm; pick one",
+            hint=f"{command} --ipc-host, or {command} --shm-size {shm_size}",
+        )
+    if shm_size is not None:
+        check_shm_size(shm_size)
+
+
 def gpus_for(value: str, accelerator: str, *, absent_ok: bool) -> str:
     """What to ask for: "none", "all" or a count.
 
