@@ -98,11 +98,11 @@ def build(
     refs.check("--tag", tag, "repository")
     check_indexes(index_url, torch_index)
     if no_smoke or context_only:
+        mode = "--no-smoke" if no_smoke else "--context-only"
         for option, given in (("--gpus", gpus), ("--smoke-timeout", smoke_timeout)):
             if given is not None:
                 raise UsageError(
-                    f"{option} is for the smoke test, and {'--no-smoke' if no_smoke else '--context-only'} runs none",
-                    hint=f"drop {option}, or drop {'--no-smoke' if no_smoke else '--context-only'}",
+                    f"{option} is for the smoke test, and {mode} runs none", hint=f"drop {option}, or drop {mode}"
                 )
     if smoke_timeout is not None:
         _check_positive_seconds("--smoke-timeout", smoke_timeout, 900)
@@ -208,7 +208,12 @@ def smoke(
         if prof is None:
             prof = load_profile(proj, target)  # not a profile: its error names the closest one
         report = host.smoke_profile_here(
-            proj, prof, python=python, gpus=gpus, timeout=timeout, lock_match=lock_match or "pins"
+            proj,
+            prof,
+            python=python,
+            gpus=gpus,
+            timeout=timeout,
+            lock_match="pins" if lock_match is None else lock_match,
         )
     else:
         if target is None:
