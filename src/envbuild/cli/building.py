@@ -1,6 +1,5 @@
 """Commands on images: build, smoke, images."""
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -118,13 +117,11 @@ def build(
         index_url=index_url,
         torch_index=torch_index,
         smoke=not no_smoke,
+        # None only says "not given" (for the --no-smoke check above): BuildOptions' defaults stand
+        smoke_gpus=b.BuildOptions.smoke_gpus if gpus is None else gpus,
+        smoke_timeout=b.BuildOptions.smoke_timeout if smoke_timeout is None else smoke_timeout,
         builder=builder,
     )
-    # None only says "not given" (for the --no-smoke check above): BuildOptions' defaults stand
-    if gpus is not None:
-        opts = dataclasses.replace(opts, smoke_gpus=gpus)
-    if smoke_timeout is not None:
-        opts = dataclasses.replace(opts, smoke_timeout=smoke_timeout)
     if context_only:
         ctx = b.context_only(proj, prof, opts, step_printer(as_json))
         if as_json:
@@ -193,6 +190,7 @@ def smoke(
     _check_smoke_mode(
         local, target, python=python, lock_match=lock_match, shm_size=shm_size, ipc_host=ipc_host, tag=tag
     )
+    host.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {target or 'NAME'}")
     check_python(python)
     if json_file:
         from envbuild import fsutil  # not at import: every command's start-up would pay for it
@@ -258,9 +256,6 @@ def _check_smoke_mode(
                 raise UsageError(
                     f"{option} goes with --local: {why}", hint=f"envbuild smoke --local {name} {option} {value}"
                 )
-        from envbuild.smoke import host
-
-        host.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {name}")
         return
     for option, shown in (
         ("--shm-size", None if shm_size is None else f"--shm-size {shm_size}"),
