@@ -9,7 +9,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from envbuild import profile, render
+from envbuild import plan as plan_mod
+from envbuild import render, validate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,8 +22,8 @@ def main() -> int:
     for path in sorted((REPO / "profiles").glob("*.yaml")):
         if path.name.startswith("_"):
             continue
-        prof = profile.load_valid(path)
-        outputs = render.render(prof, templates_dir=REPO / "templates")
+        prof = validate.load_valid(path)
+        outputs = render.render(plan_mod.for_profile(prof, templates_dir=REPO / "templates"))
         render.write_outputs(outputs, golden / prof.name)
         print(f"golden: {prof.name}: {', '.join(sorted(outputs))}")
     return 0

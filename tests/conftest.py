@@ -27,7 +27,7 @@ VALID: dict[str, Any] = {
 
 @dataclass
 class FakeIndex:
-    """Stands in for the newest-version lookup (`lock.newest_versions`): the e2e suite asks real PyPI."""
+    """Stands in for the newest-version lookup (`uvtool.newest_versions`): the e2e suite asks real PyPI."""
 
     newest: dict[str, str]  # "torch==2.14.*" -> "2.14.1"
     asked: list[tuple[list[str], str]]
@@ -39,10 +39,10 @@ class FakeIndex:
 
 @pytest.fixture
 def fake_index(monkeypatch: pytest.MonkeyPatch) -> FakeIndex:
-    from envbuild import lock
+    from envbuild import uvtool
 
     index = FakeIndex({}, [])
-    monkeypatch.setattr(lock, "newest_versions", index)
+    monkeypatch.setattr(uvtool, "newest_versions", index)
     return index
 
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from envbuild import profile as profile_mod
+from envbuild import validate
 from envbuild.project import Project
 
 # Pinned to commit SHAs (tags can move); the comment says which release each SHA is.
@@ -32,11 +33,7 @@ _INSTALL_STEPS = (
 
 
 def profiles(project: Project) -> list[profile_mod.Profile]:
-    out = []
-    for name in project.profile_names():
-        path = project.profiles_dir / f"{name}.yaml"
-        out.append(profile_mod.load_valid(path, project.rel(path)))
-    return out
+    return [validate.load_named(project, name) for name in project.profile_names()]
 
 
 def matrix(project: Project) -> list[dict[str, Any]]:

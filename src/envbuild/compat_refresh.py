@@ -45,7 +45,7 @@ def linux_libs(resolved: dict[str, str]) -> dict[str, str]:
 
 def resolve_with_uv(torch: str, python: str) -> dict[str, str]:
     """What `uv pip compile torch==X` picks on Linux x86_64 from PyPI: {name: version}."""
-    from envbuild.lock import newest_versions
+    from envbuild.uvtool import newest_versions
 
     return newest_versions([f"torch=={torch}"], python, with_deps=True)
 

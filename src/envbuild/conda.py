@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import yaml
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from envbuild import fetchfail, lockfile, render
+from envbuild import fetchfail, lockfile, render, uvtool
 from envbuild.errors import LockError
+from envbuild.freshness import lock_dir
 from envbuild.fsutil import atomic_write_many
+from envbuild.lockopts import LockOptions, LockOutcome
+from envbuild.names import CONDA_SUBDIRS, PLATFORM_TAGS
+from envbuild.plan import Plan
+from envbuild.proc import run
 from envbuild.profile import Profile
-
-if TYPE_CHECKING:
-    from envbuild.lock import LockOptions, LockOutcome
-    from envbuild.project import Project
+from envbuild.project import Project
 
 CONDA_ALIAS = "https://conda.anaconda.org"
 # What a user changes when a channel is out of reach (fetchfail names the host and the cause).
@@ -34,34 +35,6 @@ _CHANNEL_ROUTE = (
     "set `channels:` to channel URLs this machine reaches (a mirror); "
     "or lock on a connected machine and commit the lockfiles"
 )
-
-
-def environment_of(prof: Profile, templates_dir: Path | None = None) -> dict[str, Any]:
-    """The rendered environment.yml, parsed: what is locked is what `render` shows."""
-    text = render.render(prof, templates_dir=templates_dir)["environment.yml"]
-    env = yaml.safe_load(text)
-    if not isinstance(env, dict) or not isinstance(env.get("dependencies"), list):
-        raise LockError(
-            "the rendered environment.yml has no dependencies list",
-            hint="check templates/environment.yml.j2",
-        )
-    return env
-
-
-def split_specs(env: dict[str, Any]) -> tuple[list[str], list[str]]:
-    conda_specs: list[str] = []
-    pip_specs: list[str] = []
-    for dep in env["dependencies"]:
-        if isinstance(dep, dict) and "pip" in dep:
-            pip_specs += [str(p) for p in dep["pip"]]
-        else:
-            conda_specs.append(str(dep))
-    return conda_specs, sorted(pip_specs)
-
-
-def specs_of(prof: Profile, templates_dir: Path | None = None) -> list[str]:
-    conda_specs, pip_specs = split_specs(environment_of(prof, templates_dir))
-    return conda_specs + [f"pip:{p}" for p in pip_specs]
 
 
 def channel_url(channel: str) -> str:
@@ -92,12 +65,12 @@ def _virtual_packages(prof: Profile, platform: str) -> list[Any]:
     return pkgs
 
 
-def solve_rattler(prof: Profile, env: dict[str, Any], subdir: str, platform: str) -> list[Any]:
+def solve_rattler(plan: Plan, subdir: str, platform: str) -> list[Any]:
     import rattler
 
-    conda_specs, _ = split_specs(env)
-    specs = [rattler.MatchSpec(s, strict=False) for s in conda_specs]
-    channels = [channel_url(str(c)) for c in env.get("channels") or []]
+    prof = plan.profile
+    specs = [rattler.MatchSpec(s, strict=False) for s in plan.conda_specs]
+    channels = [channel_url(str(c)) for c in prof.channels]
     try:
         return list(
             asyncio.run(
@@ -170,12 +143,11 @@ def pick_wheel(wheels: list[dict[str, Any]], python: str, platform: str) -> dict
 
 
 def _pip_entries(
-    pip_specs: list[str], python: str, platform: str, subdir: str, opts: LockOptions
+    pip_specs: list[str], python: str, platform: str, subdir: str, index_url: str, find_links: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     if not pip_specs:
         return []
     from envbuild._compat import tomllib
-    from envbuild.lock import _run_uv
 
     with tempfile.TemporaryDirectory(prefix="envbuild-conda-pip-") as tmp:
         work = Path(tmp)
@@ -191,17 +163,17 @@ def _pip_entries(
             "--python-version",
             python,
             "--python-platform",
-            lockfile.PLATFORM_TAGS[platform],
+            PLATFORM_TAGS[platform],
             "--no-header",
             "--no-config",
             "--no-python-downloads",
             "--quiet",
             "--index-url",
-            opts.index_url or render.PYPI_SIMPLE,
+            index_url,
         ]
-        for link in opts.find_links:
+        for link in find_links:
             args += ["--find-links", link]
-        _run_uv(args, work)
+        uvtool.run(args, error=LockError, cwd=work)
         data = tomllib.loads((work / "pylock.toml").read_text())
     entries = []
     for pkg in data.get("packages", []):
@@ -255,18 +227,27 @@ def verify(prof: Profile, entries: list[dict[str, Any]], subdir: str) -> None:
         )
 
 
+_CONDA_BINARIES = ("micromamba", "mamba", "conda")
+
+
 def _solver(opts: LockOptions) -> str:
+    has_binary = any(shutil.which(b) for b in _CONDA_BINARIES)
+    if opts.solver == "conda-lock" and not has_binary:
+        # conda-lock would try to download micromamba itself, which fails offline with a long trace
+        raise LockError(
+            "--solver conda-lock needs micromamba, mamba or conda on PATH, and none is there",
+            hint="install micromamba (or mamba/conda), or use --solver rattler, which needs no binary",
+        )
     if opts.solver != "auto":
         return opts.solver
-    has_binary = any(shutil.which(b) for b in ("micromamba", "mamba", "conda"))
     return "conda-lock" if has_binary and shutil.which("conda-lock") else "rattler"
 
 
-def _lock_with_conda_lock(project: Project, prof: Profile, subdirs: list[str], work: Path) -> str:
+def _lock_with_conda_lock(plan: Plan, subdirs: list[str], work: Path) -> str:
     env_file = work / "environment.yml"
-    env_file.write_text(render.render(prof, templates_dir=project.templates_dir)["environment.yml"])
+    env_file.write_text(render.render(plan)["environment.yml"])
     args = [
-        "conda-lock",
+        shutil.which("conda-lock") or "conda-lock",
         "lock",
         "--file",
         str(env_file),
@@ -275,7 +256,15 @@ def _lock_with_conda_lock(project: Project, prof: Profile, subdirs: list[str], w
     ]
     for sd in subdirs:
         args += ["--platform", sd]
-    proc = subprocess.run(args, cwd=work, capture_output=True, text=True, check=False, timeout=3600)
+    proc = run(
+        args,
+        error=LockError,
+        timeout=3600,
+        what="conda-lock",
+        cwd=work,
+        install_hint="pip install 'envbuild[conda]' (conda-lock) and put micromamba, mamba or conda on PATH; "
+        "or use --solver rattler, which needs no binary",
+    )
     if proc.returncode != 0:
         raise fetchfail.failure(
             LockError, "conda-lock", proc.stderr or proc.stdout, _CHANNEL_ROUTE, "conda-lock's message above says why"
@@ -283,31 +272,30 @@ def _lock_with_conda_lock(project: Project, prof: Profile, subdirs: list[str], w
     return (work / "conda-lock.yml").read_text()
 
 
-def lock(project: Project, prof: Profile, opts: LockOptions, digest: str) -> LockOutcome:
-    from envbuild.lock import LockOutcome, lock_dir
-
-    subdirs = [lockfile.CONDA_SUBDIRS[p] for p in opts.platforms]
-    env = environment_of(prof, project.templates_dir)
+def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
+    prof = plan.profile
+    subdirs = [CONDA_SUBDIRS[p] for p in plan.platforms]
     solver = _solver(opts)
     if solver == "conda-lock":
         with tempfile.TemporaryDirectory(prefix="envbuild-conda-lock-") as tmp:
-            doc = yaml.safe_load(_lock_with_conda_lock(project, prof, subdirs, Path(tmp)))
+            doc = yaml.safe_load(_lock_with_conda_lock(plan, subdirs, Path(tmp)))
         entries = list(doc["package"])
     else:
         entries = []
-        _, pip_specs = split_specs(env)
-        for platform, subdir in zip(opts.platforms, subdirs, strict=True):
-            records = solve_rattler(prof, env, subdir, platform)
+        for platform, subdir in zip(plan.platforms, subdirs, strict=True):
+            records = solve_rattler(plan, subdir, platform)
             conda_entries = sorted((_conda_entry(r, subdir) for r in records), key=lambda e: e["name"])
             entries += conda_entries
-            entries += _pip_entries(pip_specs, prof.python, platform, subdir, opts)
+            entries += _pip_entries(
+                list(plan.pip_specs), prof.python, platform, subdir, plan.source.index_url, plan.source.find_links
+            )
     for subdir in subdirs:
         verify(prof, [e for e in entries if e["platform"] == subdir], subdir)
-    channels = [{"url": str(c), "used_env_vars": []} for c in env.get("channels") or []]
+    channels = [{"url": str(c), "used_env_vars": []} for c in prof.channels]
     doc = {
         "version": 1,
         "metadata": {
-            "content_hash": dict.fromkeys(subdirs, digest),
+            "content_hash": dict.fromkeys(subdirs, plan.input_digest),
             "channels": channels,
             "platforms": subdirs,
             "sources": ["environment.yml"],
@@ -315,14 +303,17 @@ def lock(project: Project, prof: Profile, opts: LockOptions, digest: str) -> Loc
         "package": sorted(entries, key=lambda e: (e["platform"], e["manager"], e["name"])),
     }
     pins = {f"{e['platform']}/{e['manager']}/{e['name']}": lockfile.Pin(e["name"], e["version"]) for e in entries}
-    resolution = lockfile.resolution_id(pins)
-    head = lockfile.header(
-        prof,
-        digest,
-        resolution,
-        ",".join(subdirs),
-        f"conda ({solver}): {', '.join(str(c['url']) for c in channels)}",
+    record = lockfile.new_record(
+        profile=prof.name,
+        python=prof.python,
+        platform=",".join(subdirs),
+        build=prof.build_tag,
+        route="conda",
+        index=", ".join(str(c["url"]) for c in channels),
+        input_digest=plan.input_digest,
+        resolution=lockfile.resolution_id(pins),
     )
+    head = record.header(f"envbuild lock {prof.name} --upgrade")
     path = lock_dir(project, prof.name) / "conda-lock.yml"
     before = _previous_pins(path)
     written = [] if opts.dry_run else atomic_write_many({path: head + yaml.safe_dump(doc, sort_keys=False, width=200)})

@@ -12,7 +12,7 @@ from envbuild import compat
 from envbuild.errors import EngineUnavailable
 from envbuild.profile import Profile
 from envbuild.project import Project
-from envbuild.smoke.inside import arch_covers, driver_verdict, driver_version
+from envbuild.smoke.inside.gpu import arch_covers, driver_verdict, driver_version
 
 
 @dataclass
@@ -108,10 +108,10 @@ def inspect_host() -> HostReport:
 
 
 def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
-    from envbuild import ci
+    from envbuild import validate
 
     out = []
-    for prof in ci.profiles(project):
+    for prof in (validate.load_named(project, n) for n in project.profile_names()):
         ok, why = _verdict(prof, report)
         out.append(
             {

@@ -15,6 +15,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from envbuild.errors import EnvbuildError
+from envbuild.refs import redact
 
 E = TypeVar("E", bound=EnvbuildError)
 
@@ -93,8 +94,6 @@ def describe(tool: str, text: str, route: str, fallback_hint: str) -> Explanatio
 
 def failure(kind: type[E], tool: str, output: str, route: str, fallback_hint: str) -> E:
     """The error for a tool's failed run: credentials redacted, summarised, the tool's own words kept below."""
-    from envbuild.render import redact
-
     message = redact(output.strip())
     why = describe(tool, message, route, fallback_hint)
     return kind(why.with_detail(message[-3000:]), hint=why.hint)

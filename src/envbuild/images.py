@@ -17,15 +17,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envbuild import build as build_mod
-from envbuild import engine, publish
+from envbuild import buildctx, engine, publish, validate
 from envbuild.errors import ProfileError
-from envbuild.profile import Profile, load_valid
+from envbuild.names import (
+    LABEL_ACCELERATOR,
+    LABEL_LOCK_SHA,
+    LABEL_PROFILE,
+    LABEL_SMOKE_GPU,
+    LABEL_SOURCE,
+    LABEL_STAGE,
+    Events,
+    is_moving,
+    quiet,
+)
+from envbuild.profile import Profile
 from envbuild.project import Project
 
-Events = Callable[[str, str, str], None]
-NS = build_mod.LABEL_NS
-SOURCE_LABEL = "org.opencontainers.image.source"
-LOCK_LABEL = f"{NS}.lock-sha256"
+LOCK_LABEL = LABEL_LOCK_SHA
 
 
 @dataclass
@@ -72,11 +80,6 @@ def _canonical_source(url: str) -> str:
     return text.lower()
 
 
-def _moving(ref: str, profile: str) -> bool:
-    """Whether `ref` (REPO:TAG, REPO may hold a registry port) is one of the profile's moving tags."""
-    return ref.rsplit("/", 1)[-1].partition(":")[2] in {profile, profile + build_mod.UNTESTED}
-
-
 def classify(
     image_id: str,
     attrs: dict[str, Any],
@@ -91,8 +94,8 @@ def classify(
 
     `superseded`: builder-stage images of the current lockfile that a newer build replaced."""
     labels: dict[str, str] = dict((attrs.get("Config") or {}).get("Labels") or {})
-    profile = labels.get(f"{NS}.profile", "?")
-    stage = labels.get(f"{NS}.stage", "runtime")
+    profile = labels.get(LABEL_PROFILE, "?")
+    stage = labels.get(LABEL_STAGE, "runtime")
     tags = [t for t in attrs.get("RepoTags") or [] if t != "<none>:<none>"]
     row = ImageRow(
         image_id=image_id,
@@ -103,8 +106,8 @@ def classify(
         created=str(attrs.get("Created", ""))[:19],
         size=int(attrs.get("Size") or 0),
         smoke="-" if stage == "builder" else "passed" if publish.smoke_passed(labels) else "untested",
-        smoke_gpu=labels.get(f"{build_mod.SMOKE_LABEL}.gpu", "-")
-        if publish.smoke_passed(labels) and labels.get(f"{build_mod.LABEL_NS}.accelerator", "cpu") != "cpu"
+        smoke_gpu=labels.get(LABEL_SMOKE_GPU, "-")
+        if publish.smoke_passed(labels) and labels.get(LABEL_ACCELERATOR, "cpu") != "cpu"
         else "-",
         state="",
         why="",
@@ -131,7 +134,7 @@ def classify(
     else:
         mismatches = compare(target, labels)
         row.state, row.why = ("stale", mismatches[0]) if mismatches else ("current", "built from today's lockfile")
-    moving = [t for t in row.tags if _moving(t, profile)]
+    moving = [t for t in row.tags if is_moving(t, profile)]
     if image_id in users:
         row.keep, row.reason = True, f"in use by container {', '.join(users[image_id])}"
     elif row.state == "untagged" and profile in building:
@@ -147,16 +150,7 @@ def classify(
 
 def load_all(project: Project, names: list[str] | None = None) -> dict[str, Profile | ProfileError]:
     """The project's profiles (or those of `names` that exist), validated; an invalid one as its error."""
-    out: dict[str, Profile | ProfileError] = {}
-    for name in project.profile_names():
-        if names and name not in names:
-            continue
-        path = project.profile_path(name)
-        try:
-            out[name] = load_valid(path, project.rel(path))
-        except ProfileError as exc:
-            out[name] = exc
-    return out
+    return validate.load_all(project, names)
 
 
 def survey(
@@ -164,7 +158,7 @@ def survey(
 ) -> tuple[Any, Survey]:
     """The project's envbuild images, newest first, each classified."""
     cli = engine.client()
-    source = build_mod.project_source(project)
+    source = buildctx.project_source(project)
     expected = load_all(project, names) if expected is None else expected
     # The local lockfile's hash, once per profile rather than once per image.
     facts = {n: publish.local_facts(project, p) for n, p in expected.items() if isinstance(p, Profile)}
@@ -174,14 +168,14 @@ def survey(
     busy = frozenset(n for n in expected if build_mod.building(project, n))
     ours = [
         s
-        for s in cli.api.images(filters={"label": f"{NS}.profile"})
-        if same_source((s.get("Labels") or {}).get(SOURCE_LABEL, ""), source)
-        and (not names or (s.get("Labels") or {}).get(f"{NS}.profile") in names)
+        for s in cli.api.images(filters={"label": LABEL_PROFILE})
+        if same_source((s.get("Labels") or {}).get(LABEL_SOURCE, ""), source)
+        and (not names or (s.get("Labels") or {}).get(LABEL_PROFILE) in names)
     ]
 
     def compare(prof: Profile, labels: dict[str, str]) -> list[str]:
         wanted = facts[prof.name]
-        if labels.get(f"{NS}.stage") == "builder":  # it carries only the lockfile's hash
+        if labels.get(LABEL_STAGE) == "builder":  # it carries only the lockfile's hash
             wanted = [f for f in wanted if f[1] == LOCK_LABEL]
         return publish.mismatches(wanted, labels)
 
@@ -211,8 +205,8 @@ def _superseded(summaries: list[dict[str, Any]], current_lock: dict[str, str]) -
     out = set()
     for s in sorted(summaries, key=lambda s: int(s.get("Created") or 0), reverse=True):
         labels = s.get("Labels") or {}
-        profile = labels.get(f"{NS}.profile", "")
-        if labels.get(f"{NS}.stage") != "builder" or profile not in current_lock:
+        profile = labels.get(LABEL_PROFILE, "")
+        if labels.get(LABEL_STAGE) != "builder" or profile not in current_lock:
             continue
         if labels.get(LOCK_LABEL) != current_lock[profile]:
             continue
@@ -230,7 +224,7 @@ def prune(project: Project, names: list[str] | None, *, dry_run: bool, events: E
     """Remove what `classify` marked removable. A refusal from the engine keeps the image and says why."""
     import docker
 
-    say = events or (lambda *_: None)
+    say = events or quiet
     cli, result = survey(project, names)
     doomed = [r for r in result.rows if not r.keep]
     if dry_run or not doomed:

@@ -15,8 +15,9 @@ from typing import Any
 
 from packaging.version import Version
 
-from envbuild import lock, render, scaffold
+from envbuild import scaffold, uvtool
 from envbuild.errors import EnvbuildError
+from envbuild.names import PYPI_SIMPLE
 from envbuild.profile import NameParts, Profile
 from envbuild.project import Project
 
@@ -63,7 +64,7 @@ def drift(prof: Profile, index_url: str) -> Drift:
         torch_series, _ = scaffold.pick_torch(parts)
         numpy_series = scaffold.pick_numpy(parts, prof.torch)
         ask = [f"torch=={_series(prof.torch)}.*", f"numpy=={_series(prof.numpy)}.*"]
-        found = lock.newest_versions(ask, prof.python, index_url=index_url)
+        found = uvtool.newest_versions(ask, prof.python, index_url=index_url)
         out.torch_patch = _newer(found.get("torch"), prof.torch)
         out.numpy_patch = _newer(found.get("numpy"), prof.numpy)
         # One lookup for both newer series; a pinned series newer than what `new` would pick stays put.
@@ -76,7 +77,7 @@ def drift(prof: Profile, index_url: str) -> Drift:
             if Version(series) > Version(_series(pinned))
         }
         if later:
-            got = lock.newest_versions([f"{p}=={v}.*" for p, v in later.items()], prof.python, index_url=index_url)
+            got = uvtool.newest_versions([f"{p}=={v}.*" for p, v in later.items()], prof.python, index_url=index_url)
             out.newer_torch, out.newer_numpy = got.get("torch"), got.get("numpy")
     except EnvbuildError as exc:
         out.error, out.checked = exc.message.splitlines()[0], False
@@ -85,7 +86,7 @@ def drift(prof: Profile, index_url: str) -> Drift:
 
 def report(project: Project, profiles: list[Profile], jobs: int = 4) -> list[Drift]:
     def one(prof: Profile) -> Drift:
-        return drift(prof, prof.index_url or project.config.index_url or render.PYPI_SIMPLE)
+        return drift(prof, prof.index_url or project.config.index_url or PYPI_SIMPLE)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, profiles))

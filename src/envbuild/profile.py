@@ -19,15 +19,15 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     ValidationError,
+    model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from envbuild.errors import ProfileError
+from envbuild.names import NAME_MAX, NAME_RE, canonical
 from envbuild.profilefile import Loaded, read_raw
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
-NAME_RE = re.compile(r"^(cpu|cu\d{3}|rocm\d{2,3})-py3\d{1,2}(-[a-z0-9]+)*$")
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 CUDA_RE = re.compile(r"^\d{2}\.\d$")
@@ -65,8 +65,12 @@ def name_parts(name: str) -> NameParts | None:
     return NameParts(tok, "rocm", ".".join(tok[4:]), python)
 
 
-def _fail(problem: str, fix: str) -> ValueError:
-    return ValueError(f"{problem} || {fix}")
+PROBLEM = "envbuild_problem"
+
+
+def _fail(problem: str, fix: str) -> PydanticCustomError:
+    """A validation problem with its fix as typed fields, which the diagnostics read back apart."""
+    return PydanticCustomError(PROBLEM, "{problem}", {"problem": problem, "fix": fix})
 
 
 def _single_line(value: str) -> str:
@@ -100,6 +104,15 @@ class _Pattern:
         return out
 
 
+def _name_length(value: str) -> str:
+    if len(value) > NAME_MAX:
+        raise _fail(
+            f"{len(value)} characters; at most {NAME_MAX}",
+            "shorten it: the image tag NAME-<12 hex> must fit Docker's 128-character limit",
+        )
+    return value
+
+
 def _requirement(value: str) -> str:
     _single_line(value)
     try:
@@ -107,7 +120,7 @@ def _requirement(value: str) -> str:
     except InvalidRequirement as exc:
         reason = str(exc).splitlines()[0].rstrip(".")
         raise _fail(f"{value!r} is not a PEP 508 requirement ({reason})", 'write e.g. "einops==0.8.0"') from exc
-    if req.name.lower().replace("_", "-") in PINNED_ELSEWHERE:
+    if canonical(req.name) in PINNED_ELSEWHERE:
         raise _fail(
             f"{req.name} is pinned by its own field",
             f"remove it from packages and set `{req.name.lower()}:` instead",
@@ -173,9 +186,9 @@ class Profile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    name: Annotated[str, _Pattern(NAME_RE, "a profile name", '"cu121-py311" or "cpu-py312-dev"')] = _doc(
-        "Equals the file's stem: <cpu|cuXYZ|rocmXY[Z]>-py<XY>[-suffix], e.g. cu121-py311.", _REQUIRED
-    )
+    name: Annotated[
+        str, _Pattern(NAME_RE, "a profile name", '"cu121-py311" or "cpu-py312-dev"'), AfterValidator(_name_length)
+    ] = _doc("Equals the file's stem: <cpu|cuXYZ|rocmXY[Z]>-py<XY>[-suffix], e.g. cu121-py311.", _REQUIRED)
     extends: str | None = _doc("Another file in the same folder (without .yaml) that this one is deep-merged over.")
     description: Text = _doc("One line for people; shown by `envbuild list`.", default="")
     accelerator: Literal["cuda", "rocm", "cpu"] = _doc("The torch build: cuda, rocm or cpu.", _REQUIRED)
@@ -221,9 +234,22 @@ class Profile(BaseModel):
     conda_packages: list[Annotated[str, _Pattern(MATCH_SPEC_RE, "a conda match spec", '"libjpeg-turbo=3.0"')]] = _doc(
         "Extra conda match specs (conda flavor).", default_factory=list
     )
+    devel: bool = _doc(
+        "CUDA profiles: build on NVIDIA's CUDA devel image (nvcc, headers) instead of the slim default base. "
+        "A name ending in -devel means the same when this is not set.",
+        default=False,
+    )
     registry: Annotated[str, _Pattern(REGISTRY_RE, "a registry path", '"ghcr.io/acme/envs"')] | None = _doc(
         "Where push and pull go: HOST[:PORT]/PATH."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _devel_shorthand(cls, data: Any) -> Any:
+        # `cu121-py311-devel` without `devel:` keeps meaning the devel base; validate says so.
+        if isinstance(data, dict) and "devel" not in data and str(data.get("name", "")).endswith("-devel"):
+            return {**data, "devel": True}
+        return data
 
     @property
     def accelerator_version(self) -> str | None:
@@ -237,10 +263,6 @@ class Profile(BaseModel):
         if self.accelerator == "rocm" and self.rocm:
             return "rocm" + self.rocm
         return "cpu"
-
-    @property
-    def is_devel(self) -> bool:
-        return self.name.endswith("-devel")
 
     def digest(self) -> str:
         """sha256 of the whole resolved profile (what labels and pull --verify compare)."""
@@ -279,10 +301,9 @@ def _pydantic_diagnostics(loaded: Loaded, exc: ValidationError) -> None:
                 value,
                 loc=loc,
             )
-        elif kind == "value_error":
-            msg = err["msg"].removeprefix("Value error, ")
-            problem, _, fix = msg.partition(" || ")
-            loaded.add("error", field_name, problem, fix, value, loc=loc)
+        elif kind == PROBLEM:
+            ctx = err.get("ctx", {})
+            loaded.add("error", field_name, str(ctx.get("problem", "")), str(ctx.get("fix", "")), value, loc=loc)
         elif kind in {"string_type", "list_type", "dict_type", "int_type"}:
             want = {
                 "string_type": "a string",
@@ -321,21 +342,6 @@ def load(path: Path, shown: str | None = None) -> Loaded:
     if loaded.bad_fields and loaded.profile is not None:
         loaded.profile = None
     return loaded
-
-
-def load_valid(path: Path, shown: str | None = None) -> Profile:
-    """Load a profile that must be fully valid (structure and compatibility), else raise."""
-    from envbuild import validate  # the compat rules live one stage up
-
-    loaded = validate.check(path, shown)
-    if loaded.errors or loaded.profile is None:
-        raise ProfileError(
-            f"{loaded.shown} is not valid",
-            loaded.diagnostics,
-            hint=f"run `envbuild validate {loaded.shown}`",
-        )
-    prof: Profile = loaded.profile
-    return prof
 
 
 def file_schema() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, get_type_hints
 
 from envbuild._compat import tomllib
 from envbuild.errors import UsageError
+from envbuild.names import NAME_RE
 
 CONFIG_NAME = "envbuild.toml"
 
@@ -57,6 +58,10 @@ class Project:
         path = self.root / self.config.templates_dir
         return path if path.is_dir() else None
 
+    def work_dir(self, profile: str) -> Path:
+        """A profile's folder under the build folder: its build context, log, smoke report, result."""
+        return self.build_dir / profile
+
     def rel(self, path: Path) -> str:
         """A path as the user should see it: relative to the project when inside it."""
         try:
@@ -87,8 +92,6 @@ class Project:
             raise UsageError(f"{shown}: {what}, not a profile", hint=f"make {shown} a YAML file or remove it")
         names = self.profile_names()
         close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
-        from envbuild.profile import NAME_RE  # only on this error path: it loads pydantic
-
         start = f"`envbuild new {name_or_path}` writes one" if NAME_RE.fullmatch(name_or_path) else ""
         if close:
             hint = f"did you mean {', '.join(close)}?" + (f" Or {start}" if start else "")

@@ -9,14 +9,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envbuild import build as build_mod
-from envbuild import engine, lock, lockfile
+from envbuild import engine, freshness
+from envbuild import plan as plan_mod
 from envbuild.errors import PublishError, UsageError, VerifyError
-from envbuild.fsutil import sha256_file
+from envbuild.localimage import repository
+from envbuild.lockfile import lock_sha256
+from envbuild.names import (
+    LABEL_IMAGE_DIGEST,
+    LABEL_LOCK_SHA,
+    LABEL_SMOKE,
+    Events,
+    immutable_tag,
+    lock_names,
+    moving_tag,
+    quiet,
+)
 from envbuild.profile import Profile
 from envbuild.project import Project
 
-Events = Callable[[str, str, str], None]
 RETRIES = 4
 
 
@@ -116,15 +126,15 @@ class PushResult:
 
 
 def smoke_passed(labels: dict[str, str]) -> bool:
-    return labels.get(build_mod.SMOKE_LABEL) == "passed"
+    return labels.get(LABEL_SMOKE) == "passed"
 
 
 def push(
     project: Project, prof: Profile, *, repo: str | None, registry: str | None, events: Events | None = None
 ) -> PushResult:
-    say = events or (lambda *_: None)
+    say = events or quiet
     cli = engine.client()
-    local = f"{repo or project.config.repository}:{prof.name}"
+    local = moving_tag(repository(project, repo), prof.name)
     image = engine.local_image(cli, local, prof.name)
     labels = dict(image.labels or {})
     if not smoke_passed(labels):
@@ -132,11 +142,11 @@ def push(
             f"{local} ({image.id[:19]}) has not passed the smoke test; refusing to push it",
             hint=f"build it with the smoke test: envbuild build {prof.name} (without --no-smoke)",
         )
-    lock_sha = labels.get(f"{build_mod.LABEL_NS}.lock-sha256", "")
+    lock_sha = labels.get(LABEL_LOCK_SHA, "")
     if len(lock_sha) != 64:
         raise PublishError(f"{local} carries no envbuild lock label; it was not built by envbuild")
     target = f"{registry_for(project, prof, registry)}"
-    refs = [f"{target}:{prof.name}-{lock_sha[:12]}", f"{target}:{prof.name}"]
+    refs = [immutable_tag(target, prof.name, lock_sha), moving_tag(target, prof.name)]
     digest = ""
     for ref in refs:  # immutable first, the moving tag last
         name, tag = ref.rsplit(":", 1)
@@ -201,7 +211,7 @@ def pull(
 ) -> PullResult:
     import docker
 
-    say = events or (lambda *_: None)
+    say = events or quiet
     cli = engine.client()
     target = registry_for(project, prof, registry)
     ref = f"{target}@{digest}" if digest else f"{target}:{prof.name}"
@@ -228,9 +238,14 @@ def pull(
         )
     # Tagged as a local build would be, so `envbuild run NAME`, `smoke NAME` and `status` find what
     # was just pulled: they look under the local repository, not under the registry's name.
-    lock_sha = labels.get(f"{build_mod.LABEL_NS}.lock-sha256", "")
-    moving, immutable = build_mod.tags_for(repo or project.config.repository, prof, lock_sha)
+    lock_sha = labels.get(LABEL_LOCK_SHA, "")
+    local_repo = repository(project, repo)
+    moving, immutable = moving_tag(local_repo, prof.name), immutable_tag(local_repo, prof.name, lock_sha)
     local = [immutable, moving] if len(lock_sha) == 64 else [moving]
+    if not smoke_passed(labels):
+        # Only an image that carries the passed-smoke record may become the profile's image here.
+        mismatches.append(f"it has not passed envbuild's smoke test: not tagged as {moving}")
+        local = []
     for local_ref in local:  # the moving tag last, as build does
         name, tag = local_ref.rsplit(":", 1)
         image.tag(name, tag=tag)
@@ -238,13 +253,17 @@ def pull(
 
 
 def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
-    """(what, label, local value) that an image built from this checkout carries."""
-    ns = build_mod.LABEL_NS
-    lock_path = lock.lock_dir(project, prof.name) / lockfile.lock_names("x86_64", prof.flavor)[0]
-    local_lock = sha256_file(lock_path) if lock_path.is_file() else "(no local lockfile)"
+    """(what, label, local value) that an image built from this checkout carries: the lockfile's
+    identity and the digest of everything else that reaches the image (plan.Plan.image_digest)."""
+    plan = plan_mod.make(project, prof, strict=False)
+    lock_path = freshness.lock_dir(project, prof.name) / lock_names(plan.platforms[0], prof.flavor)[0]
+    try:
+        local_lock = lock_sha256(lock_path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError):
+        local_lock = "(no local lockfile)"
     return [
-        ("lockfile sha256", f"{ns}.lock-sha256", local_lock),
-        ("profile digest", f"{ns}.profile-digest", prof.digest()),
+        ("lockfile sha256", LABEL_LOCK_SHA, local_lock),
+        ("image inputs digest", LABEL_IMAGE_DIGEST, plan.image_digest),
     ]
 
 

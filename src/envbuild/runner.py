@@ -6,13 +6,10 @@ import os
 import shutil
 from pathlib import Path
 
-from envbuild import engine
+from envbuild import engine, hostgpu
 from envbuild.errors import UsageError
+from envbuild.names import RUN_SHM_SIZE
 from envbuild.profile import Profile
-from envbuild.smoke import host
-
-# Training, not a smoke test: DataLoader workers with large batches want more than the smoke test's 2g.
-SHM_SIZE = "8g"
 
 
 def docker_argv(
@@ -23,12 +20,12 @@ def docker_argv(
     workdir: Path,
     gpus: str = "auto",
     ipc_host: bool = False,
-    shm_size: str = SHM_SIZE,
+    shm_size: str = RUN_SHM_SIZE,
     tty: bool = False,
 ) -> list[str]:
     """The docker CLI call for an interactive-capable run (TTYs pass through the CLI untouched)."""
-    gpus = host.gpus_for(gpus, prof.accelerator, absent_ok=False)
-    if gpus != "none" and engine.engine_url()[0].startswith("unix://") and not host.host_has_gpu(prof.accelerator):
+    gpus = hostgpu.gpus_for(gpus, prof.accelerator, absent_ok=False)
+    if gpus != "none" and engine.engine_url()[0].startswith("unix://") and not hostgpu.host_has_gpu(prof.accelerator):
         # docker's own answer would be "could not select device driver "" with capabilities: [[gpu]]"
         kind = "NVIDIA GPU (no nvidia-smi, no /dev/nvidia0)" if prof.accelerator == "cuda" else "ROCm device (/dev/kfd)"
         raise UsageError(

@@ -18,9 +18,11 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from envbuild import compat, lock, profile, render, validate
+from envbuild import compat, profile, uvtool, validate
+from envbuild import plan as plan_mod
 from envbuild.errors import ProfileError, UsageError
 from envbuild.fsutil import atomic_write_many
+from envbuild.names import PYPI_SIMPLE
 from envbuild.project import Project
 
 # When PyPI is out of reach, the lookup is the only thing `new` needs from it.
@@ -132,10 +134,10 @@ def choose(name: str, *, torch: str | None, numpy: str | None, index_url: str | 
     }
     found: dict[str, str] = {}
     if wanted:
-        found = lock.newest_versions(
+        found = uvtool.newest_versions(
             [f"{pkg}=={value}.*" for pkg, value in wanted.items()],
             parts.python,
-            index_url=index_url or render.PYPI_SIMPLE,
+            index_url=index_url or PYPI_SIMPLE,
             route=_LOOKUP_ROUTE,
         )
     exact = {pkg: found.get(pkg, value) for pkg, value in (("torch", series), ("numpy", numpy_series))}
@@ -215,7 +217,7 @@ def create(
 
 def _source_notes(prof: profile.Profile, project: Project) -> list[str]:
     """Where the torch family will come from, when it is not PyPI: that index must be reachable to lock."""
-    src = render.torch_source(prof, index_url=project.config.index_url, torch_index=project.config.torch_index)
+    src = plan_mod.torch_source(prof, index_url=project.config.index_url, torch_index=project.config.torch_index)
     if src.route == "pypi":
         return []
     row = compat.load().release(prof.torch)

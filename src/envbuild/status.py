@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from envbuild import images, lock
+from envbuild import freshness, images
+from envbuild import plan as plan_mod
 from envbuild.errors import EngineUnavailable, ProfileError
 from envbuild.profile import Profile
 from envbuild.project import Project
@@ -19,7 +20,7 @@ class ProfileStatus:
     profile: str
     valid: bool
     problem: str  # the first error when not valid
-    lockfile: str  # fresh | missing | stale | -
+    lockfile: str  # fresh | missing | stale | edited | -
     lock_reason: str
     image: str  # tested | untested | stale | none | unknown | -
     image_ref: str
@@ -62,10 +63,13 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
             errors = [d.render() for d in target.diagnostics if d.severity == "error"] or [target.message]
             out.append(ProfileStatus(name, False, errors[0], "-", "", "-", "", f"envbuild validate {name}"))
             continue
-        state, reason = lock.lock_state(project, target)
+        found = freshness.query(project, plan_mod.make(project, target, strict=False))
+        state, reason = found.state, found.reason
         image, ref, gpu = ("unknown", "", "-") if rows is None else image_state(rows, name)
         if state != "fresh":
             step = f"envbuild lock {name}"
+        elif image == "unknown":
+            step = "envbuild doctor"  # nothing could be asked of the engine: never "ready"
         elif image in {"none", "stale", "untested"}:
             step = f"envbuild build {name}"
         else:

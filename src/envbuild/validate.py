@@ -9,8 +9,10 @@ from typing import Any
 from packaging.version import Version
 
 from envbuild import compat, profile
+from envbuild.errors import ProfileError
 from envbuild.profile import name_parts
 from envbuild.profilefile import Loaded
+from envbuild.project import Project
 
 
 def _ver(text: str) -> Version:
@@ -236,6 +238,15 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
             "append @sha256:<digest> (docker buildx imagetools inspect IMAGE)",
             base,
         )
+    name = data.get("name")
+    if isinstance(name, str) and name.endswith("-devel") and "devel" not in data:
+        ld.add(
+            "warning",
+            "name",
+            "the -devel suffix picks NVIDIA's CUDA devel base image (a shorthand for `devel: true`)",
+            "write `devel: true` to say so, or `devel: false` to keep the slim base under this name",
+            name,
+        )
     if data.get("flavor") == "conda":
         torch = _str(data, "torch", bad)
         channels = _list(data, "channels") or ["conda-forge"]
@@ -280,3 +291,35 @@ def check(path: Path, shown: str | None = None) -> Loaded:
         ld.profile = None
     ld.diagnostics.sort(key=lambda d: (d.severity != "error", d.file, d.line or 0, d.field))
     return ld
+
+
+def load_valid(path: Path, shown: str | None = None) -> profile.Profile:
+    """A profile that must be fully valid (structure and compatibility), else ProfileError."""
+    loaded = check(path, shown)
+    if loaded.errors or loaded.profile is None:
+        raise ProfileError(
+            f"{loaded.shown} is not valid",
+            loaded.diagnostics,
+            hint=f"run `envbuild validate {loaded.shown}`",
+        )
+    prof: profile.Profile = loaded.profile
+    return prof
+
+
+def load_named(project: Project, name: str) -> profile.Profile:
+    """The project's profile `name` (or a path to a profile file), fully valid."""
+    path = project.profile_path(name)
+    return load_valid(path, project.rel(path))
+
+
+def load_all(project: Project, names: list[str] | None = None) -> dict[str, profile.Profile | ProfileError]:
+    """The project's profiles (or those of `names` that exist), validated; an invalid one as its error."""
+    out: dict[str, profile.Profile | ProfileError] = {}
+    for name in project.profile_names():
+        if names and name not in names:
+            continue
+        try:
+            out[name] = load_named(project, name)
+        except ProfileError as exc:
+            out[name] = exc
+    return out

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from envbuild import fetchfail, lock, lockfile, render
+from envbuild import freshness, proc, uvtool
+from envbuild import plan as plan_mod
 from envbuild.errors import UsageError, VenvError
+from envbuild.names import Events, quiet
 from envbuild.profile import Profile
 from envbuild.project import Project
 
@@ -27,10 +27,12 @@ _PROBE = (
 
 
 def probe(python: str) -> dict[str, object]:
+    done = proc.run([python, "-c", _PROBE], error=VenvError, timeout=60, what=f"the interpreter {python}")
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, check=True, timeout=60)
-        return dict(json.loads(proc.stdout))
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        if done.returncode != 0:
+            raise ValueError(done.stderr.strip()[-300:] or f"exit {done.returncode}")
+        return dict(json.loads(done.stdout))
+    except ValueError as exc:
         raise VenvError(f"cannot run the interpreter {python}: {exc}") from exc
 
 
@@ -70,25 +72,26 @@ def create(
     target: Path,
     *,
     python: str | None = None,
-    opts: lock.LockOptions | None = None,
+    options: plan_mod.PlanOptions | None = None,
     force: bool = False,
     compile_bytecode: bool = True,
-    events: Callable[[str, str, str], None] | None = None,
+    events: Events | None = None,
 ) -> dict[str, object]:
-    say = events or (lambda *_: None)
+    say = events or quiet
     check_target(target, force)
-    directory = lock.require_fresh(project, prof)
-    eff = lock.effective_options(project, prof, opts or lock.LockOptions())
+    plan = plan_mod.make(project, prof, options)
     facts = probe(python) if python else probe(find_python(prof))
     platform = str(facts["machine"])
     if platform not in prof.platforms:
         platform = prof.platforms[0]
     check_interpreter(prof, facts, platform)
-    lock_file = directory / lockfile.lock_names(platform)[0]
-    src = render.torch_source(prof, index_url=eff.index_url, torch_index=eff.torch_index, find_links=eff.find_links)
+    snap = freshness.require_fresh(project, plan, platform)
+    # The lock's own record says where the torch family lives; today's options only say how to reach it.
+    src = plan.source_as_locked(snap.record.route, snap.record.index)
+    lock_file = snap.path
     staging = target.with_name(f".{target.name}.envbuild-tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    pins = lockfile.parse_requirements(lock_file.read_text("utf-8"))
+    pins = snap.pins
     say("phase", "venv", f"Python {facts['version']} from {facts['executable']}")
     try:
         # --relocatable: the venv is made under a staging name and renamed into place when complete.
@@ -115,9 +118,9 @@ def create(
             "--index-url",
             src.index_url,
         ]
-        if src.route == "index" and src.torch_index and not src.torch_index_flat:
-            args += ["--extra-index-url", src.torch_index]
-        for link in eff.find_links:
+        if src.extra_index:
+            args += ["--extra-index-url", src.extra_index]
+        for link in src.find_links:
             args += ["--find-links", link]
         if compile_bytecode:
             # pip compiles on install and uv does not: without it every process that imports torch
@@ -168,19 +171,10 @@ def check_target(target: Path, force: bool) -> None:
 
 
 def _uv(args: list[str]) -> None:
-    proc = subprocess.run(
-        [lock.uv_binary(), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=lock._uv_env(),
-        timeout=3600,
+    uvtool.run(
+        args,
+        error=VenvError,
+        route=_SOURCE_ROUTE,
+        fallback_hint="uv's message above says why",
+        what=f"uv {' '.join(args[:2])}",
     )
-    if proc.returncode != 0:
-        raise fetchfail.failure(
-            VenvError,
-            f"uv {' '.join(args[:2])}",
-            proc.stderr or proc.stdout,
-            _SOURCE_ROUTE,
-            "uv's message above says why",
-        )

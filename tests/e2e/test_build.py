@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from envbuild import lockfile
+from envbuild.names import canonical
 
 from .conftest import BASE, CA, WHEELS, envbuild, local_build
 
@@ -60,7 +61,7 @@ def test_pip_freeze_equals_the_lockfile(docker_client: Any, built_cpu: dict[str,
     installed = {}
     for line in frozen.splitlines():
         name, _, version = line.partition("==")
-        installed[lockfile.canonical(name)] = version
+        installed[canonical(name)] = version
     installed.pop("pip")  # the venv's own installer, not part of the environment
     assert installed == {p.name: p.version for p in pins.values()}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from envbuild import build, fsutil, profile
+from envbuild import build, fsutil, validate
 from envbuild.project import open_project
 
 from ..conftest import REPO
@@ -71,7 +71,7 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     proj = tmp_path / "proj"
     for part in ("profiles", "lockfiles"):
         shutil.copytree(REPO / part, proj / part)
-    prof = profile.load_valid(proj / "profiles" / "cpu-py311.yaml")
+    prof = validate.load_valid(proj / "profiles" / "cpu-py311.yaml")
     lock_sha = fsutil.sha256_file(proj / "lockfiles" / "cpu-py311" / "requirements.lock")
     source = f"file://{proj}"
     repo = f"{repo_name}-images"

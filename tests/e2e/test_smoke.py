@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from envbuild.names import LABEL_SMOKE_CONTAINER
 from envbuild.smoke import host
 
 from ..conftest import REPO
@@ -137,7 +138,7 @@ def _smoke_containers(docker_client: Any, image: str) -> list[Any]:
     # ignore_removed: docker-py inspects each listed container, and one the run creates or removes
     # in between answers 404 (seen once in CI, failing the poll before the SIGTERM was sent)
     found = docker_client.containers.list(
-        all=True, filters={"label": f"{host.SMOKE_LABEL}={image}"}, ignore_removed=True
+        all=True, filters={"label": f"{LABEL_SMOKE_CONTAINER}={image}"}, ignore_removed=True
     )
     return list(found)
 
@@ -181,7 +182,7 @@ def test_sigterm_during_a_smoke_run_removes_its_container(docker_client: Any, bu
 def test_sweep_removes_only_smoke_containers_that_finished(docker_client: Any, built_cpu: dict[str, Any]) -> None:
     # what a SIGKILLed envbuild leaves: a finished smoke container; the next smoke run sweeps it
     image = built_cpu["image_id"]
-    label = {host.SMOKE_LABEL: image}
+    label = {LABEL_SMOKE_CONTAINER: image}
     quick = [host.SMOKE_COMMAND, "--help"]
     finished = docker_client.containers.create(image, quick, labels=label)
     running = docker_client.containers.create(image, [host.SMOKE_COMMAND, "--gpus", "none"], labels=label)

@@ -10,6 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envbuild import plan as plan_mod
 from envbuild import profile, render, validate
 from envbuild.errors import EnvbuildError
 
@@ -37,7 +38,7 @@ def _run(path: Path) -> None:
         assert d.render()
     if loaded.profile is not None and not loaded.errors:
         try:
-            outputs = render.render(loaded.profile)
+            outputs = render.render(plan_mod.for_profile(loaded.profile))
         except EnvbuildError:
             return
         assert outputs["Dockerfile"].startswith("# Rendered by envbuild")
@@ -100,12 +101,12 @@ versions = st.one_of(
 def test_new_writes_a_valid_profile_or_nothing(name: str, torch: str | None, numpy: str | None) -> None:
     from pytest import MonkeyPatch
 
-    from envbuild import lock, scaffold
+    from envbuild import scaffold, uvtool
     from envbuild.project import open_project
 
     root = Path(tempfile.mkdtemp())
     with MonkeyPatch.context() as mp:
-        mp.setattr(lock, "newest_versions", _pretend_newest)
+        mp.setattr(uvtool, "newest_versions", _pretend_newest)
         try:
             made = scaffold.create(open_project(str(root)), name, torch=torch, numpy=numpy)
         except EnvbuildError:

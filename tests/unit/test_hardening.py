@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from envbuild import plan as plan_mod
 from envbuild import profile, render, validate
 from envbuild.cli import run
 
@@ -242,14 +243,18 @@ def test_injection_is_rejected_or_inert(write_profile: Callable[..., Path]) -> N
     label = "org.opencontainers.image.description"
     rejected = inert = 0
     for field in SHELL_FIELDS:
-        benign_prof = profile.load_valid(write_profile("cu121-py311", **_with(field, BENIGN[field])))
-        expected = dockerfile_instructions(render.render(benign_prof, labels={label: "benign"})["Dockerfile"])
+        benign_prof = validate.load_valid(write_profile("cu121-py311", **_with(field, BENIGN[field])))
+        expected = dockerfile_instructions(
+            render.render(plan_mod.for_profile(benign_prof), labels={label: "benign"})["Dockerfile"]
+        )
         for value in HOSTILE:
             loaded = validate.check(write_profile("cu121-py311", **_with(field, value)))
             if loaded.errors or loaded.profile is None:
                 rejected += 1
                 continue
-            out = render.render(loaded.profile, labels={label: loaded.profile.description or "benign"})
+            out = render.render(
+                plan_mod.for_profile(loaded.profile), labels={label: loaded.profile.description or "benign"}
+            )
             assert dockerfile_instructions(out["Dockerfile"]) == expected, (field, value)
             assert "\nRUN curl evil" not in out["Dockerfile"], (field, value)
             for name in ("requirements.in", "lock-input.toml"):
@@ -314,6 +319,6 @@ def test_killing_render_never_leaves_a_half_written_file(tmp_path: Path) -> None
 def test_every_shipped_profile_renders_within_budget() -> None:
     for path in sorted((REPO / "profiles").glob("[!_]*.yaml")):
         t0 = time.perf_counter()
-        out = render.render(profile.load_valid(path))
+        out = render.render(plan_mod.for_profile(validate.load_valid(path)))
         assert time.perf_counter() - t0 < 2.0
         assert re.search(r"^USER 1000:1000$", out["Dockerfile"], re.M)

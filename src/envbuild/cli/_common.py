@@ -100,10 +100,9 @@ def pick_profiles(proj: Any, names: list[str] | None, all_: bool, verb: str) -> 
 
 
 def load_profile(proj: Any, name: str) -> Any:
-    from envbuild import profile
+    from envbuild import validate
 
-    path = proj.profile_path(name)
-    return profile.load_valid(path, proj.rel(path))
+    return validate.load_named(proj, name)
 
 
 def step_printer(as_json: bool) -> Any:

@@ -32,12 +32,12 @@ def _check_positive_seconds(option: str, value: float, example: int) -> None:
 
 
 def _print_smoke(report: dict[str, Any]) -> None:
-    from envbuild.smoke import inside
+    from envbuild.smoke.inside.report import detail as check_detail
 
     rows = []
     for c in report["checks"]:
         status = output.styled((c["status"].upper(), {"pass": "green", "fail": "red", "skip": "yellow"}[c["status"]]))
-        detail = inside.detail(c)
+        detail = check_detail(c)
         if c["status"] == "fail" and c["remedy"]:
             detail += f"\nfix: {c['remedy']}"
         rows.append([c["name"], status, f"{c['seconds']:.2f}", detail])
@@ -182,7 +182,9 @@ def smoke(
     project: ProjectOpt = None,
 ) -> None:
     """Prove that an image (or this interpreter) really trains: GPU kernels, cuDNN, DDP, AMP."""
+    from envbuild import hostgpu
     from envbuild.errors import SmokeFailed, UsageError
+    from envbuild.names import SMOKE_SHM_SIZE
     from envbuild.smoke import host
 
     _check_positive_seconds("--timeout", timeout, 600)
@@ -190,7 +192,7 @@ def smoke(
     _check_smoke_mode(
         local, target, python=python, lock_match=lock_match, shm_size=shm_size, ipc_host=ipc_host, tag=tag
     )
-    host.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {target or 'NAME'}")
+    hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {target or 'NAME'}")
     check_python(python)
     if json_file:
         from envbuild import fsutil  # not at import: every command's start-up would pay for it
@@ -223,7 +225,7 @@ def smoke(
             repo=tag,
             gpus=gpus,
             timeout=timeout,
-            shm_size=host.SHM_SIZE if shm_size is None else shm_size,
+            shm_size=SMOKE_SHM_SIZE if shm_size is None else shm_size,
             ipc_host=ipc_host,
         )
     _print_smoke(report)

@@ -187,20 +187,20 @@ def venv(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a local virtual environment from a profile's lockfile (hash-checked)."""
-    from envbuild import lock as lk
+    from envbuild import plan as pl
     from envbuild import venv as vv
 
     check_indexes(index_url, torch_index)
     check_python(python)
     proj = project_at(project)
     prof = load_profile(proj, name)
-    opts = lk.LockOptions(index_url=index_url, torch_index=torch_index, find_links=tuple(find_links or ()))
+    opts = pl.PlanOptions(index_url=index_url, torch_index=torch_index, find_links=tuple(find_links or ()))
     result = vv.create(
         proj,
         prof,
         directory,
         python=python,
-        opts=opts,
+        options=opts,
         force=force,
         compile_bytecode=not no_compile,
         events=step_printer(as_json),

@@ -165,17 +165,17 @@ def run_image(
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
     import subprocess
 
-    from envbuild import build, engine, refs, runner
-    from envbuild.smoke import host
+    from envbuild import engine, hostgpu, localimage, refs, runner
+    from envbuild.names import RUN_SHM_SIZE, UNTESTED
 
-    host.check_gpus(gpus)
+    hostgpu.check_gpus(gpus)
     refs.check("--tag", tag, "repository")
-    host.check_shm_choice(shm_size, ipc_host, f"envbuild run {name}")
+    hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild run {name}")
     proj = project_at(project)
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
-    image, _ = build.profile_image(engine.client(), proj, prof, tag)
-    if image.endswith(build.UNTESTED):
+    image, _ = localimage.profile_image(engine.client(), proj, prof, tag)
+    if image.endswith(UNTESTED):
         output.err().print(f"note: {image} is a --no-smoke build; no smoke test has passed in it")
     argv = runner.docker_argv(
         prof,
@@ -184,7 +184,7 @@ def run_image(
         workdir=Path.cwd(),
         gpus=gpus,
         ipc_host=ipc_host,
-        shm_size=runner.SHM_SIZE if shm_size is None else shm_size,
+        shm_size=RUN_SHM_SIZE if shm_size is None else shm_size,
         tty=sys.stdin.isatty() and sys.stdout.isatty(),
     )
     code = subprocess.call(argv)

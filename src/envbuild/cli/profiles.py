@@ -242,12 +242,14 @@ def render(
     project: ProjectOpt = None,
 ) -> None:
     """Render a profile's Dockerfile and lock inputs."""
+    from envbuild import plan as pl
     from envbuild import render as r
 
     refs.check("--base", base, "image")
     proj = project_at(project)
     prof = load_profile(proj, name)
-    outputs = r.render(prof, templates_dir=templates or proj.templates_dir, base=base)
+    plan = pl.make(proj, prof, pl.PlanOptions(base=base, templates_dir=templates), strict=False)
+    outputs = r.render(plan)
     if output_dir is None:
         sys.stdout.write(outputs["Dockerfile"])
         return

@@ -5,84 +5,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from envbuild import buildctx, engine, freshness, localimage
+from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
+from envbuild.hostgpu import check_gpus, check_shm_size, gpus_for
+from envbuild.names import LABEL_ACCELERATOR, LABEL_SMOKE_CONTAINER, SMOKE_SHM_SIZE
+from envbuild.profile import Profile
+from envbuild.project import Project
+from envbuild.smoke.inside.core import GPU_REFUSED_ENV
 
-if TYPE_CHECKING:
-    from envbuild.profile import Profile
-    from envbuild.project import Project
-
-SHM_SIZE = "2g"
-# Every smoke container carries this label (value: the image), so leftovers can be found. Not
-# "io.envbuild.smoke": a container inherits its image's labels, and that one marks tested images.
-SMOKE_LABEL = "io.envbuild.smoke-container"
 STALE_AFTER_S = 600.0
 SMOKE_COMMAND = "envbuild-smoke"
-
-
-def host_has_gpu(accelerator: str) -> bool:
-    if accelerator == "rocm":
-        return Path("/dev/kfd").exists()
-    return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
-
-
-def check_gpus(value: str) -> None:
-    """`--gpus`: auto, all, none or a number of GPUs; anything else is a usage error, before any work."""
-    if value in {"auto", "all", "none"} or (value.isdigit() and int(value) > 0):
-        return
-    raise UsageError(
-        f"--gpus {value!r}: not auto, all, none or a number of GPUs",
-        hint="e.g. --gpus all, or --gpus 2 for the first two, or --gpus none to skip the GPU checks",
-    )
-
-
-# What both docker-py and the docker CLI read as a size: a number, then b, k, m or g (and an optional b).
-_SIZE_RE = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?:[bkmg]b?)?", re.IGNORECASE)
-
-
-def check_shm_size(value: str) -> None:
-    """`--shm-size`: a size the engine reads; anything else is a usage error, not the SDK's exception."""
-    m = _SIZE_RE.fullmatch(value.strip())
-    if m and float(m["n"]) > 0:
-        return
-    raise UsageError(f"--shm-size {value!r}: not a size", hint="e.g. --shm-size 2g (a number, then b, k, m or g)")
-
-
-def check_shm_choice(shm_size: str | None, ipc_host: bool, command: str) -> None:
-    """`--shm-size` (None: not given) and `--ipc-host` together: the engine would ignore the size."""
-    if shm_size is not None and ipc_host:
-        raise UsageError(
-            "--shm-size and --ipc-host: with --ipc-host the container uses the host's /dev/shm; pick one",
-            hint=f"{command} --ipc-host, or {command} --shm-size {shm_size}",
-        )
-    if shm_size is not None:
-        check_shm_size(shm_size)
-
-
-def gpus_for(value: str, accelerator: str, *, absent_ok: bool) -> str:
-    """What to ask for: "none", "all" or a count.
-
-    "auto" is every GPU of the host. Asked for directly (`smoke`, `run`), a GPU profile asks
-    for them even on a host without any, so its gpu check fails there as it should. A build's
-    own smoke test (`absent_ok`) checks the rest instead, so GPU images can be built on CPU
-    runners; the image's io.envbuild.smoke.gpu label then says "skip".
-    """
-    check_gpus(value)
-    if accelerator == "cpu":
-        return "none"
-    if value == "auto":
-        return "none" if absent_ok and not host_has_gpu(accelerator) else "all"
-    return value
 
 
 def _gpu_kwargs(accelerator: str, gpus: str) -> dict[str, Any]:
@@ -111,7 +53,7 @@ def sweep_stale(cli: Any, older_than: float = STALE_AFTER_S) -> list[str]:
 
     removed: list[str] = []
     now = datetime.now(timezone.utc)
-    filters = {"label": SMOKE_LABEL, "status": ["exited", "created"]}
+    filters = {"label": LABEL_SMOKE_CONTAINER, "status": ["exited", "created"]}
     try:
         # ignore_removed: another run may remove its own container between the list and the inspect
         listed = cli.containers.list(all=True, filters=filters, ignore_removed=True)
@@ -165,7 +107,7 @@ def run_in_image(
     gpus: str = "auto",
     timeout: float = 600.0,
     accelerator: str = "cpu",
-    shm_size: str | None = SHM_SIZE,
+    shm_size: str | None = SMOKE_SHM_SIZE,
     ipc_host: bool = False,
     check_timeout: float = 120.0,
     shown: str | None = None,
@@ -175,8 +117,6 @@ def run_in_image(
     `shown`: how errors name the image (what the user typed); `image` is what runs (an ID)."""
     import docker
     import requests
-
-    from envbuild.smoke.inside import GPU_REFUSED_ENV  # here: `status` imports this module too
 
     command = [SMOKE_COMMAND, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
     kwargs: dict[str, Any] = {}
@@ -249,7 +189,7 @@ def _create(cli: Any, image: str, command: list[str], kwargs: dict[str, Any]) ->
     try:
         # create, then start: docker-py's containers.run() leaves the created container behind
         # when the start fails (a GPU request on a host without the NVIDIA runtime does)
-        return cli.containers.create(image, command, labels={SMOKE_LABEL: image}, **kwargs)
+        return cli.containers.create(image, command, labels={LABEL_SMOKE_CONTAINER: image}, **kwargs)
     except docker.errors.ImageNotFound as exc:
         raise SmokeError(f"no image {image} in the engine", hint="build it (envbuild build NAME) or pull it") from exc
     except docker.errors.APIError as exc:
@@ -265,14 +205,19 @@ def run_local(
     lock_match: str = "pins",
     wall_timeout: float = 1800.0,
 ) -> dict[str, Any]:
-    """The same checks in an interpreter on this machine (GPU hosts, lockfile-only CI jobs)."""
-    inside = Path(__file__).with_name("inside.py")
+    """The same checks in an interpreter on this machine (GPU hosts, lockfile-only CI jobs): the
+    package the images carry, copied to a temporary folder, so that interpreter needs no envbuild."""
     with tempfile.TemporaryDirectory(prefix="envbuild-smoke-") as tmp:
         expect_path = Path(tmp) / "expect.json"
         expect_path.write_text(json.dumps(expect))
+        package = Path(tmp) / "lib" / buildctx.SMOKE_PACKAGE
+        package.mkdir(parents=True)
+        for name, text in plan_mod.smoke_sources().items():
+            (package / name).write_text(text)
         cmd = [
             python or sys.executable,
-            str(inside),
+            "-m",
+            buildctx.SMOKE_PACKAGE,
             "--expect",
             str(expect_path),
             "--json",
@@ -295,7 +240,7 @@ def run_local(
                 text=True,
                 # TMPDIR: multiprocessing's forkserver keeps its socket in a pymp-* folder that only
                 # a clean exit removes; inside this run's folder an interrupted run leaves none
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": tmp},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": tmp, "PYTHONPATH": str(package.parent)},
                 start_new_session=True,
             )
         except OSError as exc:
@@ -333,15 +278,14 @@ def smoke_profile_here(
     lock_match: str = "pins",
 ) -> dict[str, Any]:
     """`smoke --local NAME`: the profile's checks in an interpreter on this machine."""
-    from envbuild import build, lock
-
     if lock_match not in {"exact", "pins", "none"}:
         raise UsageError(f"--lock-match {lock_match!r}: use exact, pins or none")
+    plan = plan_mod.make(project, prof, strict=False)
     # `none` checks the interpreter against the profile alone: a GPU host's own torch install
     # has no lockfile of envbuild's to compare with
-    lock_file = None if lock_match == "none" else lock.require_fresh(project, prof) / "requirements.lock"
+    snap = None if lock_match == "none" else freshness.require_fresh(project, plan)
     return run_local(
-        build.expectations(prof, lock_file),
+        buildctx.expectations(plan, snap),
         python=python,
         gpus=gpus_for(gpus, prof.accelerator, absent_ok=False),
         timeout=min(timeout, 300),
@@ -358,25 +302,23 @@ def smoke_image(
     repo: str | None = None,
     gpus: str = "auto",
     timeout: float = 600.0,
-    shm_size: str | None = SHM_SIZE,
+    shm_size: str | None = SMOKE_SHM_SIZE,
     ipc_host: bool = False,
 ) -> dict[str, Any]:
     """`smoke NAME|IMAGE`: a profile's image (as `build.profile_image` finds it) or any image.
 
     A profile's report is also kept next to its build log, where `status` and a person look."""
-    from envbuild import build, engine
-
     check_gpus(gpus)
     if shm_size is not None and not ipc_host:
         check_shm_size(shm_size)
     cli = engine.client()
     if prof is not None:
         # an unknown image is a usage error here, not a failed smoke run
-        ref, found = build.profile_image(cli, project, prof, repo)
+        ref, found = localimage.profile_image(cli, project, prof, repo)
         accelerator = prof.accelerator
     else:
         ref, found = target, engine.local_image(cli, target)
-        accelerator = (found.labels or {}).get(f"{build.LABEL_NS}.accelerator", "cpu")
+        accelerator = (found.labels or {}).get(LABEL_ACCELERATOR, "cpu")
     report = run_in_image(
         cli,
         found.id,
@@ -389,7 +331,7 @@ def smoke_image(
     )
     report["ref"] = ref
     if prof is not None:
-        save_report(build.build_dir(project, prof) / "smoke.json", report)
+        save_report(project.work_dir(prof.name) / "smoke.json", report)
     return report
 
 

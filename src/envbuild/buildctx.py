@@ -1,0 +1,275 @@
+"""The build context of one profile: a folder with the Dockerfile, the lockfile as read once, the
+wheels a local wheelhouse holds, the CA bundle and the smoke package; plus the labels that say
+what is inside. Same inputs, same bytes. Needs no engine (`build --context-only`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from envbuild import __version__, compat, freshness, proc, render
+from envbuild import plan as plan_mod
+from envbuild.errors import UsageError
+from envbuild.freshness import LockSnapshot
+from envbuild.fsutil import atomic_write_many, sha256_file
+from envbuild.lockfile import Pin
+from envbuild.names import (
+    LABEL_ACCELERATOR,
+    LABEL_CUDA,
+    LABEL_FLAVOR,
+    LABEL_IMAGE_DIGEST,
+    LABEL_LOCK_SHA,
+    LABEL_NUMPY,
+    LABEL_PROFILE,
+    LABEL_PYTHON,
+    LABEL_ROCM,
+    LABEL_SOURCE,
+    LABEL_TORCH,
+    LABEL_VERSION,
+    Events,
+    canonical,
+    lock_names,
+    quiet,
+)
+from envbuild.plan import Plan, PlanOptions, TorchSource
+from envbuild.project import Project
+from envbuild.refs import without_credentials
+
+SMOKE_DIR = "smoke"  # in the context; the image's /opt/envbuild
+SMOKE_PACKAGE = "envbuild_smoke"  # the in-image package's import name
+SMOKE_ENTRY = "envbuild-smoke"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    repo: str | None = None
+    base: str | None = None
+    no_cache: bool = False
+    pull: bool = False
+    ca_bundle: Path | None = None
+    find_links: tuple[str, ...] = ()
+    index_url: str | None = None
+    torch_index: str | None = None
+    smoke: bool = True
+    smoke_gpus: str = "auto"
+    smoke_timeout: float = 600.0
+    builder: str = "docker"  # docker (the SDK) | buildkit
+    platform: str | None = None  # None: the engine's (a build) or this machine's (--context-only)
+
+    def plan_options(self) -> PlanOptions:
+        return PlanOptions(
+            base=self.base, index_url=self.index_url, torch_index=self.torch_index, find_links=self.find_links
+        )
+
+
+@dataclass(frozen=True)
+class Context:
+    """An assembled build context and what it was made from."""
+
+    directory: Path
+    plan: Plan  # with the torch source as the lockfile recorded it
+    lock: LockSnapshot
+    platform: str
+    labels: dict[str, str]
+    wheels: tuple[str, ...]
+
+    @property
+    def dockerfile(self) -> Path:
+        return self.directory / "Dockerfile"
+
+    @property
+    def buildargs(self) -> dict[str, str]:
+        """The index settings of the install step, from the same source the Dockerfile was rendered with."""
+        return {"PIP_INDEX_URL": self.plan.source.index_url, "PIP_EXTRA_INDEX_URL": self.plan.source.extra_index}
+
+
+def smoke_files() -> dict[str, str]:
+    """What the context's smoke/ folder holds: the entry script and the in-image package."""
+    files = {f"{SMOKE_PACKAGE}/{name}": text for name, text in plan_mod.smoke_sources().items()}
+    files[SMOKE_ENTRY] = (
+        "#!/bin/sh\n"
+        "# Installed in every envbuild image as /usr/local/bin/envbuild-smoke.\n"
+        'PYTHONPATH="/opt/envbuild${PYTHONPATH:+:$PYTHONPATH}"\n'
+        "export PYTHONPATH\n"
+        f'exec python -m {SMOKE_PACKAGE} "$@"\n'
+    )
+    return files
+
+
+def expectations(plan: Plan, lock: LockSnapshot | None) -> dict[str, Any]:
+    """What the smoke test inside the image must find: the profile's versions and the lock's pins."""
+    prof = plan.profile
+    expect: dict[str, Any] = {
+        "profile": prof.name,
+        "accelerator": prof.accelerator,
+        "python": prof.python,
+        "torch": prof.torch,
+        "numpy": prof.numpy,
+        "cuda": prof.cuda,
+        "rocm": prof.rocm,
+    }
+    if prof.flavor == "venv" and lock is not None:
+        expect["packages"] = {p.name: p.version for p in lock.pins.values()}
+    if prof.cuda:
+        db = compat.load()
+        floor = db.driver_floor(prof.cuda)
+        arches = db.arches_for(prof.cuda, prof.torch)
+        expect["driver_floor"] = floor.model_dump() if floor else None
+        expect["arches"] = arches.sm if arches else None
+    return expect
+
+
+def _local_dirs(links: tuple[str, ...]) -> list[Path]:
+    out: list[Path] = []
+    for link in links:
+        if "://" in link and not link.startswith("file://"):
+            continue
+        path = Path(unquote(urlparse(link).path)) if link.startswith("file:") else Path(link)
+        if path not in out:
+            out.append(path)
+    return out
+
+
+def collect_wheels(pins: dict[str, Pin], links: tuple[str, ...]) -> list[Path]:
+    """The lock's wheel files that a local wheelhouse holds, matched by locked hash (never anything
+    else from there). A wheelhouse is a shortcut, never a requirement: what it lacks comes from the
+    index the lockfile records."""
+    dirs = [d for d in _local_dirs(links) if d.is_dir()]
+    found: list[Path] = []
+    for pin in sorted(pins.values(), key=lambda p: p.name):
+        candidates = [
+            w
+            for d in dirs
+            for w in sorted(d.glob("*.whl"))
+            if canonical(w.name.split("-", 1)[0]) == pin.name and w.name.split("-")[1] == pin.version
+        ]
+        match = next((w for w in candidates if f"sha256:{sha256_file(w)}" in pin.hashes), None)
+        if match is not None:
+            found.append(match)
+    return found
+
+
+def _build_source(plan: Plan, lock: LockSnapshot, wheels: list[Path]) -> TorchSource:
+    """The lock's own torch route, reached through today's mirrors; when the wheelhouse holds every
+    torch-family wheel the lock takes from the PyTorch index, that index is not asked at all."""
+    src = plan.source_as_locked(lock.record.route, lock.record.index)
+    if src.route != "index":
+        return src
+    local = {w.name.split("-")[0].lower() for w in wheels}
+    from_torch_index = [p for p in lock.pins.values() if p.source.rstrip("/") == lock.record.index.rstrip("/")]
+    if from_torch_index and all(p.name.replace("-", "_") in local for p in from_torch_index):
+        return dataclasses.replace(src, torch_index=None, torch_index_flat=True)
+    return src
+
+
+def _read_ca(path: Path) -> str:
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--ca-bundle {path}: cannot read it ({exc})") from exc
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise UsageError(
+            f"--ca-bundle {path}: not a PEM certificate bundle", hint="pass a file with BEGIN CERTIFICATE blocks"
+        )
+    return text
+
+
+def source_date_epoch(project: Project, lock_path: Path) -> int:
+    """SOURCE_DATE_EPOCH, else the lockfile's last commit time, else its mtime: stable across rebuilds."""
+    if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit():
+        return int(os.environ["SOURCE_DATE_EPOCH"])
+    out = proc.run_ok(["git", "log", "-1", "--format=%ct", "--", str(lock_path)], cwd=project.root, timeout=10) or ""
+    if out.strip().isdigit():
+        return int(out.strip())
+    return int(lock_path.stat().st_mtime)
+
+
+def git_revision(project: Project) -> str:
+    return (proc.run_ok(["git", "rev-parse", "HEAD"], cwd=project.root, timeout=10) or "").strip() or "unknown"
+
+
+def project_source(project: Project) -> str:
+    """The image source label: the git remote, else the folder. `envbuild images` tells projects apart by it.
+
+    Without credentials: CI clones over URLs with a job token in them (GitLab's
+    https://gitlab-ci-token:TOKEN@host/...), and a label travels with every pushed image."""
+    remote = (proc.run_ok(["git", "config", "--get", "remote.origin.url"], cwd=project.root, timeout=10) or "").strip()
+    return without_credentials(remote) if remote else f"file://{project.root}"
+
+
+def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int) -> dict[str, str]:
+    prof = plan.profile
+    created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    labels = {
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.version": f"{prof.name}-{lock_sha[:12]}",
+        "org.opencontainers.image.revision": git_revision(project),
+        LABEL_SOURCE: project_source(project),
+        "org.opencontainers.image.title": f"envbuild {prof.name}",
+        "org.opencontainers.image.description": prof.description or f"PyTorch {prof.torch} ({prof.build_tag})",
+        "org.opencontainers.image.base.name": plan.base.image,
+        LABEL_VERSION: __version__,
+        LABEL_PROFILE: prof.name,
+        LABEL_IMAGE_DIGEST: plan.image_digest,
+        LABEL_LOCK_SHA: lock_sha,
+        LABEL_FLAVOR: prof.flavor,
+        LABEL_PYTHON: prof.python,
+        LABEL_TORCH: prof.torch,
+        LABEL_NUMPY: prof.numpy,
+        LABEL_ACCELERATOR: prof.accelerator,
+    }
+    if prof.cuda:
+        labels[LABEL_CUDA] = prof.cuda
+    if prof.rocm:
+        labels[LABEL_ROCM] = prof.rocm
+    return labels
+
+
+def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, events: Events | None = None) -> Context:
+    """Assemble the build folder of `plan` for `platform`. Reads the lockfile once."""
+    say = events or quiet
+    prof = plan.profile
+    if prof.flavor == "conda" and opts.find_links:
+        raise UsageError("--find-links is for venv profiles; conda profiles install from conda-lock.yml")
+    lock = freshness.require_fresh(project, plan, platform)
+    ca_text = _read_ca(opts.ca_bundle) if opts.ca_bundle is not None else None
+    wheels = collect_wheels(lock.pins, plan.source.find_links) if prof.flavor == "venv" else []
+    built = dataclasses.replace(plan, source=_build_source(plan, lock, wheels))
+    epoch = source_date_epoch(project, lock.path)
+    labels = labels_for(project, built, lock.sha256, epoch)
+    outputs = render.render(built, labels=labels)
+    ctx = project.work_dir(prof.name) / "context"
+    if ctx.exists():
+        shutil.rmtree(ctx)
+    for sub in ("certs", "wheels", SMOKE_DIR):
+        (ctx / sub).mkdir(parents=True)
+    # Under the x86_64 name whatever the platform: the Dockerfile copies one lockfile.
+    in_context = lock_names("x86_64", prof.flavor)[0]
+    files: dict[Path, str] = {ctx / "Dockerfile": outputs["Dockerfile"], ctx / in_context: lock.text}
+    files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files().items()})
+    files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
+    if ca_text is not None:
+        files[ctx / "certs" / "ca-bundle.crt"] = ca_text
+    atomic_write_many(files)
+    (ctx / SMOKE_DIR / SMOKE_ENTRY).chmod(0o755)
+    if wheels:
+        say("phase", "wheels", f"{len(wheels)} wheel(s) from the local wheelhouse")
+    for wheel in wheels:
+        # A hard link when possible: torch wheels are hundreds of MB.
+        target = ctx / "wheels" / wheel.name
+        try:
+            os.link(wheel, target)
+        except OSError:
+            shutil.copyfile(wheel, target)
+    for path in sorted(ctx.rglob("*")):
+        if not path.is_symlink():
+            os.utime(path, (epoch, epoch))
+    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels))

@@ -1,0 +1,131 @@
+"""One freshness query for a profile's lockfiles, and the snapshot every later stage reads.
+
+`query` answers `lock --check`, `status`, `build`, `venv`, `smoke --local` and `images`: each file
+is read once, its lock record compared with today's plan, its body with the record (a hand edit
+shows), and siblings with each other. A fresh answer carries a `LockSnapshot` per platform: the
+text, record and pins as read, so a stage never opens the lockfile a second time (a re-lock landing
+in between cannot mix two lockfiles into one image).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envbuild._compat import tomllib
+from envbuild.errors import LockMissing
+from envbuild.lockfile import LockRecord, Pin, RecordError, lock_sha256, parse_requirements, read_record, resolution_id
+from envbuild.names import canonical, lock_names
+from envbuild.plan import Plan
+from envbuild.project import Project
+
+
+@dataclass(frozen=True)
+class LockSnapshot:
+    """One platform's primary lockfile as read."""
+
+    path: Path
+    text: str
+    record: LockRecord
+    pins: dict[str, Pin] = field(default_factory=dict)  # venv flavor; empty for conda
+
+    @property
+    def sha256(self) -> str:
+        return lock_sha256(self.text)
+
+
+@dataclass(frozen=True)
+class Freshness:
+    state: str  # fresh | missing | stale | edited
+    reason: str = ""
+    snapshots: dict[str, LockSnapshot] = field(default_factory=dict)  # platform -> primary, when fresh
+
+    @property
+    def fresh(self) -> bool:
+        return self.state == "fresh"
+
+
+def lock_dir(project: Project, name: str) -> Path:
+    return project.lockfiles_dir / name
+
+
+def _conda_pins(text: str) -> dict[str, Pin]:
+    import yaml
+
+    doc: Any = yaml.safe_load(text)
+    entries = doc.get("package") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError("no package list")
+    return {f"{e['platform']}/{e['manager']}/{e['name']}": Pin(str(e["name"]), str(e["version"])) for e in entries}
+
+
+def _pylock_versions(text: str) -> set[str]:
+    doc = tomllib.loads(text)
+    return {f"{canonical(p['name'])}=={p['version']}" for p in doc.get("packages", [])}
+
+
+def _read(path: Path, shown: str) -> tuple[str | None, str]:
+    try:
+        return path.read_text("utf-8"), ""
+    except FileNotFoundError:
+        return None, f"{shown} is missing"
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return None, f"{shown} cannot be read ({why})"
+
+
+def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None) -> Freshness:
+    """Whether the profile's lockfiles are usable as they are, and what they say when they are."""
+    directory = lock_dir(project, plan.name)
+    digest = plan.input_digest
+    flavor = plan.profile.flavor
+    snapshots: dict[str, LockSnapshot] = {}
+    for platform in platforms or plan.platforms:
+        names = lock_names(platform, flavor)
+        primary: LockSnapshot | None = None
+        for name in names:
+            path = directory / name
+            shown = project.rel(path)
+            text, why = _read(path, shown)
+            if text is None:
+                return Freshness("missing" if why.endswith("missing") else "stale", why)
+            try:
+                record = read_record(text)
+            except RecordError as exc:
+                return Freshness("stale", f"{shown}: {exc}")
+            if record.input_digest != digest:
+                return Freshness("stale", f"{shown} was locked from other inputs (the profile changed)")
+            edited = f"{shown} was edited by hand: its packages no longer match the resolution it records"
+            try:
+                if name.endswith(".toml"):
+                    assert primary is not None  # noqa: S101  # lock_names puts the primary first
+                    if primary.record.resolution != record.resolution:
+                        return Freshness("stale", f"{' and '.join(names)} disagree (an interrupted lock?)")
+                    ours = {f"{p.name}=={p.version}" for p in primary.pins.values()}
+                    if _pylock_versions(text) != ours:
+                        return Freshness("edited", edited)
+                    continue
+                pins = _conda_pins(text) if flavor == "conda" else parse_requirements(text)
+            except (ValueError, KeyError, TypeError) as exc:
+                return Freshness("edited", f"{edited} ({exc})")
+            if resolution_id(pins, record.format) != record.resolution:
+                return Freshness("edited", edited)
+            primary = LockSnapshot(path, text, record, {} if flavor == "conda" else pins)
+        if primary is not None:
+            snapshots[platform] = primary
+    return Freshness("fresh", "", snapshots)
+
+
+def require_fresh(project: Project, plan: Plan, platform: str | None = None) -> LockSnapshot:
+    """The snapshot of one platform's lockfile (default: the plan's first platform), which must be
+    fresh; else LockMissing saying why and how to fix it."""
+    target = platform or plan.platforms[0]
+    found = query(project, plan, [target])
+    if not found.fresh:
+        hint = f"run `envbuild lock {plan.name}`"
+        if found.state == "edited":
+            hint = f"lockfiles are generated: run `envbuild lock {plan.name}` (add packages in the profile instead)"
+        raise LockMissing(f"{plan.name}: {found.reason}", hint=hint)
+    return found.snapshots[target]

@@ -1,0 +1,126 @@
+"""Every name that two stages must agree on, defined once: label keys, tag shapes, lockfile and
+mutex file names, platform tags, shared-memory sizes and the progress-callback shapes.
+
+Core layer: imports nothing of envbuild's, so any stage may read it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+# ---- progress callbacks -----------------------------------------------------------------------
+
+Events = Callable[[str, str, str], None]
+"""Progress of one long job (build, push, pull, prune): (kind, key, text), e.g.
+("phase", "build", "docker builder") or ("transfer", "push", "120 MB of 900 MB")."""
+
+LockEvents = Callable[[str, str, str], None]
+"""Progress of locking several profiles: (profile name, state, text), state one of
+resolving | fresh | locked | failed."""
+
+
+def quiet(*_: str) -> None:
+    """An Events / LockEvents that drops everything."""
+
+
+# ---- profile names ------------------------------------------------------------------------------
+
+NAME_RE = re.compile(r"^(cpu|cu\d{3}|rocm\d{2,3})-py3\d{1,2}(-[a-z0-9]+)*$")
+# NAME-<12 hex> (and NAME-untested) must fit Docker's 128-character tag.
+NAME_MAX = 100
+
+# ---- image labels -----------------------------------------------------------------------------
+
+LABEL_NS = "io.envbuild"
+LABEL_VERSION = f"{LABEL_NS}.version"
+LABEL_PROFILE = f"{LABEL_NS}.profile"
+LABEL_IMAGE_DIGEST = f"{LABEL_NS}.image-digest"
+LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
+LABEL_FLAVOR = f"{LABEL_NS}.flavor"
+LABEL_PYTHON = f"{LABEL_NS}.python"
+LABEL_TORCH = f"{LABEL_NS}.torch"
+LABEL_NUMPY = f"{LABEL_NS}.numpy"
+LABEL_ACCELERATOR = f"{LABEL_NS}.accelerator"
+LABEL_CUDA = f"{LABEL_NS}.cuda"
+LABEL_ROCM = f"{LABEL_NS}.rocm"
+LABEL_STAGE = f"{LABEL_NS}.stage"  # "builder" on the builder stage's cache image
+LABEL_SOURCE = "org.opencontainers.image.source"
+# The passed-smoke record, added by a labels-only child image after the smoke test passed.
+LABEL_SMOKE = f"{LABEL_NS}.smoke"
+LABEL_SMOKE_TESTED_IMAGE = f"{LABEL_SMOKE}.tested-image"
+LABEL_SMOKE_REPORT_VERSION = f"{LABEL_SMOKE}.report-version"
+LABEL_SMOKE_GPU = f"{LABEL_SMOKE}.gpu"
+# Every smoke *container* carries this one (value: the image), so leftovers can be found. Not
+# LABEL_SMOKE: a container inherits its image's labels, and that one marks tested images.
+LABEL_SMOKE_CONTAINER = f"{LABEL_NS}.smoke-container"
+
+# ---- tags -------------------------------------------------------------------------------------
+
+UNTESTED = "-untested"
+"""Suffix of a `--no-smoke` build's tag: never the profile's own tag, which only a tested image gets."""
+TAG_MAX = 128  # Docker's limit for the part after the colon
+TAG_SHA_CHARS = 12
+
+
+def moving_tag(repo: str, profile: str) -> str:
+    """REPO:NAME, the tag `run` starts and `push` publishes; only a smoke-tested image gets it."""
+    return f"{repo}:{profile}"
+
+
+def immutable_tag(repo: str, profile: str, lock_sha: str) -> str:
+    """REPO:NAME-<12 hex of the lockfile's sha256>."""
+    return f"{repo}:{profile}-{lock_sha[:TAG_SHA_CHARS]}"
+
+
+def is_moving(ref: str, profile: str) -> bool:
+    """Whether `ref` (REPO:TAG, REPO may hold a registry port) is one of the profile's moving tags."""
+    return ref.rsplit("/", 1)[-1].partition(":")[2] in {profile, profile + UNTESTED}
+
+
+# ---- platforms and lockfile names -------------------------------------------------------------
+
+PLATFORM_TAGS = {"x86_64": "x86_64-manylinux_2_28", "aarch64": "aarch64-manylinux_2_28"}
+CONDA_SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+DOCKER_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+MACHINE_PLATFORMS = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def lock_names(platform: str, flavor: str = "venv") -> tuple[str, ...]:
+    """File names of one platform's lock: the primary first."""
+    if flavor == "conda":
+        return ("conda-lock.yml",)
+    if platform == "x86_64":
+        return ("requirements.lock", "pylock.toml")
+    return (f"requirements.{platform}.lock", f"pylock.{platform}.toml")
+
+
+# ---- mutexes ------------------------------------------------------------------------------------
+# Inter-process mutexes live under the build folder (git-ignored), never beside the lockfiles where
+# `.cpu-py311.lock` reads like a lockfile.
+
+
+def mutex_path(build_dir: Path, what: str, profile: str) -> Path:
+    """The file behind one mutex: `what` is "lock" (writing a profile's lockfiles) or "build"."""
+    return build_dir / "mutex" / f"{what}-{profile}"
+
+
+# ---- run-time settings --------------------------------------------------------------------------
+
+SMOKE_SHM_SIZE = "2g"  # the smoke test's DataLoader and DDP need more than Docker's 64 MB
+RUN_SHM_SIZE = "8g"  # training, not a smoke test: DataLoader workers with large batches want more
+IMAGE_UID = 1000  # the image's non-root user
+
+# Packages that must come from the same place as torch: its own builds and the GPU runtime wheels
+# that carry CUDA or ROCm.
+TORCH_FAMILY_RE = re.compile(
+    r"^(torch|torchvision|torchaudio|triton|pytorch-triton(-rocm|-xpu)?|nvidia-.+|cuda-.+|rocm-.+)$"
+)
+PYPI_SIMPLE = "https://pypi.org/simple"
+TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
+
+
+def canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them: runs of -, _ and . are one '-', lower case."""
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -1,0 +1,364 @@
+"""The build plan: everything the later stages need to know about one profile, worked out once.
+
+`make(project, profile, options)` applies the precedence rules (option > profile > envbuild.toml >
+compat data) and returns an immutable `Plan`. render, lock, verify, venv, build, the smoke
+expectations, publish, status and images read it; none of them derives these facts again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from envbuild import compat
+from envbuild.errors import RenderError, UsageError
+from envbuild.names import PYPI_SIMPLE, TORCH_INDEX_ROOT
+from envbuild.profile import Profile
+from envbuild.project import Project
+
+TEMPLATE_NAMES = {
+    "venv": ("Dockerfile.venv.j2", "requirements.in.j2", "lock-input.toml.j2"),
+    "conda": ("Dockerfile.conda.j2", "environment.yml.j2"),
+}
+LOCK_FORMAT = 1
+"""Version of what the input digest covers; a change here makes every lockfile stale on purpose."""
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the command line may say about where things come from. None/empty: not given."""
+
+    base: str | None = None
+    index_url: str | None = None
+    torch_index: str | None = None
+    find_links: tuple[str, ...] = ()
+    platforms: tuple[str, ...] = ()
+    templates_dir: Path | None = None  # `render --templates`: instead of the project's templates/
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    """Where the torch family is resolved and installed from, for one profile.
+
+    `route` and `canonical_index` are facts about the build (what lock records); `index_url`,
+    `torch_index` and `find_links` are today's way to reach it (mirrors, a wheelhouse), which
+    may differ on every machine and never reach a lockfile.
+    """
+
+    route: str  # "pypi" (PyPI's default wheel is this build) or "index"
+    index_url: str  # the PyPI (mirror) URL
+    torch_index: str | None  # where the torch family is fetched from today, when route == "index"
+    torch_index_flat: bool  # torch_index is a flat folder of wheels (find-links style)
+    find_links: tuple[str, ...]
+    canonical_index: str  # the public index this build lives on: what a lockfile records
+
+    @property
+    def extra_index(self) -> str:
+        """The index pip or uv needs beside index_url: the torch index, unless it is a flat wheelhouse."""
+        return self.torch_index or "" if self.route == "index" and not self.torch_index_flat else ""
+
+
+def _as_url(location: str) -> tuple[str, bool]:
+    """A URL for an index or wheelhouse; local folders are flat (find-links style) indexes."""
+    if location.startswith(("http://", "https://")):
+        return location.rstrip("/"), location.endswith((".html", "/links"))
+    path = location.removeprefix("file://")
+    return Path(path).resolve().as_uri(), True
+
+
+def torch_route(profile: Profile) -> tuple[str, str]:
+    """(route, canonical index) of the profile's torch build, from the compat data: "pypi" when PyPI's
+    own wheel for the release is this build on every platform of the profile."""
+    row = compat.load().release(profile.torch)
+    on_pypi = (
+        profile.accelerator == "cuda"
+        and row is not None
+        and row.pypi_cuda == profile.cuda
+        and "aarch64" not in profile.platforms
+    )
+    if on_pypi:
+        return "pypi", PYPI_SIMPLE
+    return "index", f"{TORCH_INDEX_ROOT}/{profile.build_tag}"
+
+
+def torch_source(
+    profile: Profile,
+    *,
+    index_url: str | None = None,
+    torch_index: str | None = None,
+    find_links: tuple[str, ...] = (),
+    route: tuple[str, str] | None = None,
+) -> TorchSource:
+    """Where the torch family comes from today. `route`: (route, canonical index) as a lockfile
+    recorded it; None works it out from today's compat data (what `lock` does)."""
+    kind, canonical = route or torch_route(profile)
+    index = index_url or profile.index_url or PYPI_SIMPLE
+    links = tuple(find_links) or tuple(profile.find_links)
+    explicit = torch_index or profile.torch_index
+    if kind == "pypi" and not explicit:
+        return TorchSource("pypi", index, None, False, links, canonical)
+    if explicit:
+        url, flat = _as_url(explicit)
+    elif links:
+        # An air-gapped wheelhouse stands in for the PyTorch index.
+        url, flat = _as_url(links[0])
+    else:
+        url, flat = canonical, False
+    return TorchSource("index", index, url, flat, links, canonical)
+
+
+def _expand(project: Project, location: str) -> str:
+    """Expand $VARS and make relative folders relative to the project, as users write them."""
+    text = os.path.expandvars(location)
+    if "://" in text or Path(text).is_absolute():
+        return text
+    return str((project.root / text).resolve())
+
+
+def find_links_of(project: Project, prof: Profile, given: tuple[str, ...], *, strict: bool = True) -> tuple[str, ...]:
+    """Wheelhouses: the option, else the profile's, else envbuild.toml's; expanded, and (strict)
+    each local one checked to exist."""
+    cfg = project.config
+    links = given or tuple(prof.find_links) or tuple(cfg.find_links)
+    where = "--find-links" if given else f"{prof.name}'s find_links" if prof.find_links else "envbuild.toml"
+    expanded = tuple(_expand(project, f) for f in links)
+    for raw, path in zip(links, expanded, strict=True):
+        if not strict:
+            break
+        # a missing folder would otherwise surface late: as a resolution without the local wheels,
+        # or as a build whose context lacks the files its lockfile points at
+        if "://" not in path and not Path(path).exists():
+            raise UsageError(
+                f"{where}: {raw} does not exist" + (f" ({path})" if path != raw else ""),
+                hint="name a folder of wheels (or a URL), or leave it out to use the indexes",
+            )
+    return expanded
+
+
+@dataclass(frozen=True)
+class Base:
+    image: str
+    python_from: str  # "apt": the OS package pythonX.Y
+    origin: str  # option | profile | devel | compat
+
+
+def base_of(profile: Profile, option: str | None) -> Base:
+    """The base image: --base, else the profile's `base:`, else the CUDA devel image (devel: true),
+    else the compat data's default for the Python version."""
+    db = compat.load()
+    if option:
+        return Base(option, "apt", "option")
+    if profile.base:
+        return Base(profile.base, "apt", "profile")
+    if profile.devel and profile.accelerator == "cuda":
+        return Base(db.bases.devel.image_pattern.format(cuda=profile.cuda), "apt", "devel")
+    info = db.bases.python.get(profile.python)
+    if info is None:
+        raise RenderError(f"no default base image for Python {profile.python}", hint="set `base:` in the profile")
+    return Base(info.image, info.python_from, "compat")
+
+
+def requirements_of(profile: Profile) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(requirement lines, torch family names): torch, its companions with `auto` resolved, numpy,
+    then the profile's packages."""
+    db = compat.load()
+    row = db.release(profile.torch)
+    if row is None:
+        raise RenderError(f"torch {profile.torch} is not in the compat data; cannot pick matching packages")
+    extras = []
+    if profile.torchvision:
+        tv = compat.torchvision_for(row, profile.torch) if profile.torchvision == "auto" else profile.torchvision
+        extras.append(("torchvision", tv))
+    if profile.torchaudio:
+        ta = compat.torchaudio_for(row, profile.torch) if profile.torchaudio == "auto" else profile.torchaudio
+        extras.append(("torchaudio", ta))
+    reqs = [f"torch=={profile.torch}", *(f"{n}=={v}" for n, v in extras), f"numpy=={profile.numpy}"]
+    reqs += sorted(profile.packages, key=str.lower)
+    return tuple(reqs), tuple(sorted({"torch", *(n for n, _ in extras)}))
+
+
+def default_templates_dir() -> Path:
+    """Templates shipped with envbuild: in the wheel, or the checkout's top-level templates/."""
+    packaged = Path(str(resources.files("envbuild"))) / "_templates"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+def template_text(templates_dir: Path | None, name: str) -> str | None:
+    """A template's source as rendering would find it: the project's override, else envbuild's."""
+    for folder in (templates_dir, default_templates_dir()):
+        if folder is not None and (folder / name).is_file():
+            return (folder / name).read_text("utf-8")
+    return None
+
+
+def smoke_sources() -> dict[str, str]:
+    """The in-image smoke package, {file name: text}: what every image carries under /opt/envbuild."""
+    pkg = resources.files("envbuild.smoke.inside")
+    return {
+        p.name: p.read_text("utf-8")
+        for p in sorted(pkg.iterdir(), key=lambda p: p.name)
+        if p.name.endswith(".py") and p.is_file()
+    }
+
+
+def _sha(payload: Any) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# Profile fields that cannot change what a built image contains: where it is pushed, what people
+# read about it, and where the same hash-checked artifacts are fetched from.
+_NOT_IN_IMAGE = frozenset({"description", "registry", "index_url", "torch_index", "find_links", "extends"})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One profile, ready for every stage. Immutable; build one with `make`."""
+
+    profile: Profile
+    platforms: tuple[str, ...]
+    base: Base
+    source: TorchSource
+    requirements: tuple[str, ...]
+    torch_family: tuple[str, ...]
+    templates_dir: Path | None
+    templates: dict[str, str] = field(repr=False)  # the flavor's template sources, by name
+    torch_mirror: str | None = None  # a mirror of the PyTorch index given today (option > profile > toml)
+
+    def source_as_locked(self, route: str, index: str) -> TorchSource:
+        """Where the torch family comes from for a lockfile that recorded (route, canonical index):
+        the lock decides what and which index; today's mirrors and wheelhouses only how to reach it."""
+        if route not in {"pypi", "index"}:
+            return self.source  # conda: channels, not indexes
+        return torch_source(
+            self.profile,
+            index_url=self.source.index_url,
+            torch_index=self.torch_mirror,
+            find_links=self.source.find_links,
+            route=(route, index if index.startswith(("http://", "https://")) else self.source.canonical_index),
+        )
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def python_bin(self) -> str:
+        return f"python{self.profile.python}"
+
+    @property
+    def input_digest(self) -> str:
+        """sha256 of what decides the resolution, and nothing else: the flavor, Python, torch build,
+        platforms, the requirement list (with `auto` companions resolved) and, for conda, the channels
+        and specs. Not mirrors or wheelhouses, which only say where the same artifacts are fetched
+        from. A lockfile whose recorded input digest differs from this one is stale."""
+        prof = self.profile
+        payload = {
+            "format": LOCK_FORMAT,
+            "flavor": prof.flavor,
+            "python": prof.python,
+            "accelerator": prof.accelerator,
+            "build": prof.build_tag,
+            "platforms": sorted(prof.platforms),
+            "requirements": list(self.lock_requirements),
+            "channels": prof.channels if prof.flavor == "conda" else [],
+            "conda_packages": sorted(prof.conda_packages) if prof.flavor == "conda" else [],
+        }
+        return _sha(payload)
+
+    @property
+    def lock_requirements(self) -> tuple[str, ...]:
+        """What the resolver is asked for: the requirement lines (venv) or the conda specs."""
+        if self.profile.flavor == "conda":
+            return (*self.conda_specs, *(f"pip:{p}" for p in self.pip_specs))
+        return self.requirements
+
+    @property
+    def conda_specs(self) -> tuple[str, ...]:
+        """The conda flavor's match specs, in environment.yml's order ("pip" last when pip packages follow)."""
+        prof = self.profile
+        specs = [f"python={prof.python}", f"numpy={prof.numpy}"]
+        if prof.accelerator == "cuda":
+            specs += [f"pytorch={prof.torch}=cuda*", f"cuda-version={prof.cuda}"]
+        else:
+            specs.append(f"pytorch={prof.torch}=cpu*")
+        specs += sorted(prof.conda_packages)
+        if prof.packages:
+            specs.append("pip")
+        return tuple(specs)
+
+    @property
+    def pip_specs(self) -> tuple[str, ...]:
+        """The conda flavor's pip requirements (the profile's packages), sorted."""
+        return tuple(sorted(self.profile.packages))
+
+    @property
+    def image_digest(self) -> str:
+        """sha256 of everything that reaches the image but the lockfile (which the lock-sha256 label
+        covers): the profile's fields except those in _NOT_IN_IMAGE, the base image, the templates'
+        sources and the smoke package envbuild puts in every image. An image whose
+        io.envbuild.image-digest label differs from this one would be built differently today."""
+        fields = {k: v for k, v in self.profile.model_dump(mode="json").items() if k not in _NOT_IN_IMAGE}
+        payload = {
+            "profile": fields,
+            "base": [self.base.image, self.base.python_from],
+            "templates": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(self.templates.items())},
+            "smoke": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in smoke_sources().items()},
+        }
+        return _sha(payload)
+
+
+def make(project: Project, profile: Profile, options: PlanOptions | None = None, *, strict: bool = True) -> Plan:
+    """The plan of one profile under today's options and envbuild.toml. `strict=False` for commands
+    that only compare (status, images): a wheelhouse missing on this machine is no error there."""
+    opts = options or PlanOptions()
+    cfg = project.config
+    links = find_links_of(project, profile, opts.find_links, strict=strict)
+    mirror = opts.torch_index or profile.torch_index or cfg.torch_index
+    source = torch_source(
+        profile, index_url=opts.index_url or profile.index_url or cfg.index_url, torch_index=mirror, find_links=links
+    )
+    for platform in opts.platforms:
+        if platform not in profile.platforms:
+            raise UsageError(
+                f"--platform {platform}: {profile.name} is not locked for it "
+                f"(platforms: {', '.join(profile.platforms)})",
+                hint=f"add {platform} to the profile's platforms and run `envbuild lock {profile.name}`",
+            )
+    requirements, family = requirements_of(profile)
+    names = TEMPLATE_NAMES[profile.flavor]
+    templates_dir = opts.templates_dir or project.templates_dir
+    templates = {n: t for n in names if (t := template_text(templates_dir, n)) is not None}
+    return Plan(
+        profile=profile,
+        platforms=tuple(opts.platforms) or tuple(profile.platforms),
+        base=base_of(profile, opts.base),
+        source=source,
+        requirements=requirements,
+        torch_family=family,
+        templates_dir=templates_dir,
+        templates=templates,
+        torch_mirror=mirror,
+    )
+
+
+def for_profile(profile: Profile, *, base: str | None = None, templates_dir: Path | None = None) -> Plan:
+    """A plan outside any project (render of a file, the golden tests): no envbuild.toml, no wheelhouse check."""
+    requirements, family = requirements_of(profile)
+    names = TEMPLATE_NAMES[profile.flavor]
+    return Plan(
+        profile=profile,
+        platforms=tuple(profile.platforms),
+        base=base_of(profile, base),
+        source=torch_source(profile),
+        requirements=requirements,
+        torch_family=family,
+        templates_dir=templates_dir,
+        templates={n: t for n in names if (t := template_text(templates_dir, n)) is not None},
+    )

@@ -1,0 +1,87 @@
+"""The smoke test's shared parts: results, the run context, small helpers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+REPORT_VERSION = 1
+DEFAULT_EXPECT = "/opt/envbuild/expect.json"
+# Set by `envbuild smoke` when the engine refused the container's GPU request (host.GPU_REFUSED_ENV).
+GPU_REFUSED_ENV = "ENVBUILD_SMOKE_GPU_REFUSED"
+SHM_MIN_BYTES = 1 << 30
+BOOTSTRAP = {"pip", "setuptools", "wheel"}  # installed by venv itself, not by the lock
+# cuBLAS needs this before its first handle for deterministic results.
+
+
+@dataclass
+class Result:
+    name: str
+    status: str = "pass"  # pass | fail | skip
+    reason: str = ""
+    remedy: str = ""
+    seconds: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+class CheckFailed(Exception):
+    def __init__(self, reason: str, remedy: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.remedy = remedy
+
+
+class Skip(Exception):
+    pass
+
+
+@dataclass
+class Context:
+    expect: dict[str, Any]
+    gpus: str  # "auto" | "all" | "none" | a number
+    timeout: float
+    lock_match: str  # exact | pins | none
+    local: bool = False  # `envbuild smoke --local`: an interpreter on the host, not an image
+    torch: Any = None
+    devices: int = 0
+
+    def environment_remedy(self, *, or_change_profile: bool = False) -> str:
+        """How to get an environment that matches the profile, where this run is (image or host)."""
+        name = self.expect.get("profile") or "NAME"
+        if self.local:
+            return (
+                f"make the environment from the lockfile (envbuild venv {name} DIR) and pass --python DIR/bin/python"
+                + (
+                    "; or, if this interpreter is the one you want, change the profile to match it"
+                    if or_change_profile
+                    else ""
+                )
+            )
+        return (
+            f"rebuild the image from a fresh lockfile (envbuild lock {name} && envbuild build {name}); "
+            "do not pip install into an envbuild environment"
+        )
+
+    @property
+    def accelerator(self) -> str:
+        return str(self.expect.get("accelerator") or _detect_accelerator(self.torch))
+
+    @property
+    def use_gpu(self) -> bool:
+        return self.gpus != "none" and self.accelerator in {"cuda", "rocm"}
+
+
+def _detect_accelerator(torch: Any) -> str:
+    if torch is None:
+        return "cpu"
+    if getattr(torch.version, "hip", None):
+        return "rocm"
+    return "cuda" if torch.version.cuda else "cpu"
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def _canon(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")

@@ -1,0 +1,136 @@
+"""Running the checks, the report and the command line."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from .core import DEFAULT_EXPECT, REPORT_VERSION, CheckFailed, Context, Result, Skip
+from .gpu import check_cudnn, check_gpu
+from .train import check_amp, check_dataloader, check_ddp, check_determinism
+from .versions import check_libs, check_versions
+
+CHECKS: list[tuple[str, Callable[[Context, Result], None]]] = [
+    ("versions", check_versions),
+    ("libs", check_libs),
+    ("gpu", check_gpu),
+    ("cudnn", check_cudnn),
+    ("ddp", check_ddp),
+    ("amp", check_amp),
+    ("dataloader", check_dataloader),
+    ("determinism", check_determinism),
+]
+
+
+def run(ctx: Context, only: list[str] | None = None) -> dict[str, Any]:
+    results = []
+    started = time.time()
+    for name, fn in CHECKS:
+        if only and name not in only:
+            continue
+        r = Result(name)
+        t0 = time.monotonic()
+        try:
+            fn(ctx, r)
+        except Skip as exc:
+            r.status, r.reason = "skip", str(exc)
+        except CheckFailed as exc:
+            r.status, r.reason, r.remedy = "fail", exc.reason, exc.remedy
+        except ModuleNotFoundError as exc:  # an interpreter without the environment: say which
+            r.status, r.reason = "fail", f"{exc.name} is not installed in {sys.executable}"
+            r.remedy = ctx.environment_remedy()
+        except Exception as exc:  # a check that crashes is a failed check, with its traceback as fact
+            r.status, r.reason = "fail", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            r.remedy = "see facts.traceback"
+            r.facts["traceback"] = traceback.format_exc(limit=5)
+        r.seconds = round(time.monotonic() - t0, 3)
+        results.append(r)
+    failed = [r.name for r in results if r.status == "fail"]
+    return {
+        "report_version": REPORT_VERSION,
+        "tool": "envbuild-smoke",
+        "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(time.time() - started, 3),
+        "host": {"hostname": socket.gethostname(), "machine": platform.machine(), "python": platform.python_version()},
+        "expect": {k: v for k, v in ctx.expect.items() if k != "packages"},
+        "gpus": ctx.gpus,
+        "passed": not failed,
+        "failed": failed,
+        "checks": [asdict(r) for r in results],
+    }
+
+
+SUMMARY_FACTS = (
+    "torch",
+    "numpy",
+    "device_count",
+    "version",
+    "world_size",
+    "backend",
+    "all_reduce",
+    "steps",
+    "batches",
+    "driver",
+    "device",
+)
+
+
+def detail(check: dict[str, Any]) -> str:
+    """One line for a check: its reason, or the facts a person looks at first."""
+    facts = check["facts"]
+    return str(check["reason"]) or ", ".join(f"{k}={facts[k]}" for k in SUMMARY_FACTS if k in facts)
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [f"{'check':<12} {'result':<6} {'seconds':>7}  detail"]
+    for c in report["checks"]:
+        lines.append(f"{c['name']:<12} {c['status'].upper():<6} {c['seconds']:>7.2f}  {detail(c)}")
+        if c["status"] == "fail" and c["remedy"]:
+            lines.append(f"{'':<12} {'fix':<6} {'':>7}  {c['remedy']}")
+    verdict = "PASSED" if report["passed"] else "FAILED: " + ", ".join(report["failed"])
+    lines.append(f"smoke {verdict} in {report['seconds']:.1f}s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # cuBLAS needs this before its first handle for deterministic results; set here, in the smoke
+    # process, never on import (envbuild imports this package and must not change its own environment)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    parser = argparse.ArgumentParser(
+        prog="envbuild-smoke", description="envbuild smoke test: prove that this environment really trains."
+    )
+    parser.add_argument("--expect", default=None, help=f"expectations JSON (default {DEFAULT_EXPECT} if present)")
+    parser.add_argument("--json", dest="json_out", default=None, help="write the JSON report here ('-' = stdout)")
+    parser.add_argument("--gpus", default="auto", help="auto | all | none | N")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds for a collective or a DataLoader")
+    parser.add_argument("--lock-match", choices=["exact", "pins", "none"], default="exact")
+    parser.add_argument("--only", action="append", help="run only this check (repeatable)")
+    parser.add_argument("--local", action="store_true", help="on the host, not in an image (changes the remedies)")
+    args = parser.parse_args(argv)
+    path = args.expect or (DEFAULT_EXPECT if os.path.exists(DEFAULT_EXPECT) else None)
+    expect: dict[str, Any] = {}
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            expect = json.load(fh)
+    ctx = Context(expect=expect, gpus=args.gpus, timeout=args.timeout, lock_match=args.lock_match, local=args.local)
+    report = run(ctx, args.only)
+    text = table(report)
+    if args.json_out == "-":
+        print(text, file=sys.stderr)
+        print(json.dumps(report, indent=2))
+    else:
+        print(text)
+        if args.json_out:
+            with open(args.json_out, "w", encoding="utf-8") as fh:
+                json.dump(report, fh, indent=2)
+    return 0 if report["passed"] else 1

@@ -1,0 +1,173 @@
+"""Locking a venv profile with uv: both lockfiles per platform, checked, with canonical sources."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from urllib.parse import quote
+
+from envbuild import lockfile, lockverify, render, uvtool
+from envbuild.errors import LockError
+from envbuild.freshness import lock_dir
+from envbuild.fsutil import atomic_write_many
+from envbuild.lockfile import Pin
+from envbuild.lockopts import LockOptions, LockOutcome
+from envbuild.names import PLATFORM_TAGS, PYPI_SIMPLE, TORCH_FAMILY_RE, lock_names
+from envbuild.plan import Plan, TorchSource
+from envbuild.project import Project
+from envbuild.refs import redact
+
+
+def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opts: LockOptions) -> list[str]:
+    src = plan.source
+    args = [
+        "pip",
+        "compile",
+        str(input_file),
+        "-o",
+        str(output),
+        "--python-version",
+        plan.profile.python,
+        "--python-platform",
+        PLATFORM_TAGS[platform],
+        "--generate-hashes",
+        "--emit-index-annotation",
+        "--no-header",
+        "--no-config",
+        # The target Python is only a resolution setting: never fetch an interpreter for it.
+        "--no-python-downloads",
+        "--index-url",
+        src.index_url,
+        "--quiet",
+    ]
+    for link in src.find_links:
+        args += ["--find-links", link]
+    if opts.upgrade:
+        args.append("--upgrade")
+    for pkg in opts.upgrade_packages:
+        args += ["--upgrade-package", pkg]
+    if opts.offline:
+        args.append("--offline")
+    return args
+
+
+def _lock_input(plan: Plan, requirements: list[str], family: list[str]) -> str:
+    return render.render_one(
+        plan, "lock-input.toml.j2", overrides={"requirements": requirements, "torch_family_names": family}
+    )
+
+
+def _uv(args: list[str], work: Path) -> None:
+    uvtool.run(args, error=LockError, cwd=work)
+
+
+def _resolve_platform(
+    plan: Plan, platform: str, opts: LockOptions, previous: Path | None, work: Path
+) -> tuple[dict[str, Pin], str, str]:
+    """Resolve one platform: (pins, requirements text, pylock text)."""
+    src = plan.source
+    reqs = list(plan.requirements)
+    family = list(plan.torch_family)
+    out = work / f"requirements-{platform}.txt"
+    if previous is not None and previous.is_file() and not opts.upgrade:
+        # uv keeps the pins already in the output file: a re-lock changes only what must change.
+        out.write_text(previous.read_text("utf-8"))
+    pyproject = work / "pyproject.toml"
+    pyproject.write_text(_lock_input(plan, reqs, family))
+    _uv(_compile_args(pyproject, out, plan, platform, opts), work)
+    pins = lockfile.parse_requirements(out.read_text("utf-8"))
+    if src.route == "index" and not src.torch_index_flat:
+        # The GPU runtime wheels that torch pulls in belong to the torch family too: pin them to
+        # the same index and resolve again, so nothing of the build comes from elsewhere.
+        extra = sorted(n for n in pins if TORCH_FAMILY_RE.fullmatch(n) and n not in family)
+        if extra:
+            family = sorted({*family, *extra})
+            pyproject.write_text(_lock_input(plan, reqs, family))
+            _uv(_compile_args(pyproject, out, plan, platform, opts), work)
+            pins = lockfile.parse_requirements(out.read_text("utf-8"))
+    lockverify.verify(plan.profile, pins, src, platform)
+    # pylock.toml from the exact pins, through the same routing, so both files say the same.
+    exact = [f"{p.name}=={p.version}" for p in sorted(pins.values(), key=lambda p: p.name)]
+    pyproject.write_text(_lock_input(plan, exact, family))
+    pylock = work / f"pylock.{platform.replace('_', '')}.toml"
+    args = _compile_args(pyproject, pylock, plan, platform, LockOptions(offline=opts.offline))
+    args[args.index("--generate-hashes")] = "--format=pylock.toml"
+    args.remove("--emit-index-annotation")
+    _uv(args, work)
+    return pins, out.read_text("utf-8"), pylock.read_text("utf-8")
+
+
+def _places(src: TorchSource) -> list[tuple[str, str]]:
+    """(where an artifact was fetched from today, the canonical index to record instead)."""
+    torch_places = [src.torch_index or "", *src.find_links]
+    out = [(p.rstrip("/"), src.canonical_index) for p in torch_places if p]
+    for link in src.find_links:
+        if "://" not in link:
+            out.append((Path(link).resolve().as_uri(), src.canonical_index))
+    if src.index_url.rstrip("/") != PYPI_SIMPLE:
+        out.append((src.index_url.rstrip("/"), PYPI_SIMPLE))
+    return sorted(set(out), key=lambda p: -len(p[0]))  # the longest (most specific) first
+
+
+def canonical_sources(text: str, src: TorchSource) -> str:
+    """The lockfile text with each artifact's source as its canonical index: a wheelhouse or mirror
+    said where it was fetched from on the machine that locked, which no other machine shares."""
+    places = _places(src)
+
+    def annotation(m: re.Match[str]) -> str:
+        where = m.group(2).rstrip("/")
+        for local, canonical in places:
+            if where == local:
+                return f"{m.group(1)}{canonical}"
+        return m.group(0)
+
+    def wheel_url(m: re.Match[str]) -> str:
+        url = m.group(1)
+        for local, canonical in places:
+            if url.startswith(local + "/") and canonical != PYPI_SIMPLE:
+                return f'url = "{canonical}/{quote(url.rsplit("/", 1)[1].replace("%2B", "+"))}"'
+        return m.group(0)
+
+    text = re.sub(r"^(\s+# from )(\S+)$", annotation, text, flags=re.M)
+    return re.sub(r'url = "(file://[^"]+\.whl)"', wheel_url, text)
+
+
+def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
+    src = plan.source
+    files: dict[Path, str] = {}
+    directory = lock_dir(project, plan.name)
+    count = 0
+    before: dict[str, dict[str, Pin]] = {}
+    after: dict[str, dict[str, Pin]] = {}
+    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
+        for platform in plan.platforms:
+            primary, secondary = lock_names(platform)
+            if (directory / primary).is_file():
+                before[platform] = lockfile.parse_requirements((directory / primary).read_text("utf-8"))
+            pins, req_text, pylock_text = _resolve_platform(plan, platform, opts, directory / primary, Path(tmp))
+            after[platform] = pins
+            record = lockfile.new_record(
+                profile=plan.name,
+                python=plan.profile.python,
+                platform=platform,
+                build=plan.profile.build_tag,
+                route=src.route,
+                index=src.canonical_index,
+                input_digest=plan.input_digest,
+                resolution=lockfile.resolution_id(pins),
+            )
+            head = record.header(f"envbuild lock {plan.name} --upgrade")
+            # Secondary first, primary last: the primary's rename is what makes the lock current.
+            files[directory / secondary] = head + redact(canonical_sources(pylock_text, src))
+            files[directory / primary] = head + redact(canonical_sources(req_text, src))
+            count = max(count, len(pins))
+    written = [] if opts.dry_run else atomic_write_many(files)
+    return LockOutcome(
+        plan.name,
+        "locked",
+        f"{count} packages" + (" (dry run: nothing written)" if opts.dry_run else ""),
+        packages=count,
+        files=written,
+        changes=lockfile.changes(before, after) if before or opts.dry_run else None,
+    )
