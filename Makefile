@@ -42,6 +42,7 @@ e2e: install engine ## End-to-end suite: real engine, real registry, real builds
 lint: install ## ruff and hadolint-clean templates
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+	$(VENV)/bin/lint-imports
 
 typecheck: install ## mypy --strict
 	$(VENV)/bin/mypy

@@ -22,7 +22,8 @@ from typing import Any
 from envbuild import buildctx, buildfail, engine, hostgpu
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
-from envbuild.errors import BuildError, BuildFailure, SmokeFailed, UsageError
+from envbuild.buildfail import BuildLog
+from envbuild.errors import BuildError, SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.localimage import repository
 from envbuild.names import (
@@ -45,8 +46,6 @@ from envbuild.project import Project
 __all__ = ["BuildOptions", "BuildResult", "build", "building", "context_only", "exclusive", "mark_smoke_passed"]
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 BUILDKIT_STEP_RE = re.compile(r"^#\d+ \[(?:[\w-]+ )?(\d+)/(\d+)\] (.*)$")
-TAIL = 40
-LINE_MAX = 500
 
 
 @dataclass
@@ -70,55 +69,8 @@ class BuildResult:
 # ---- building ------------------------------------------------------------------------------------
 
 
-class _Log:
-    """The full build log on disk plus the last lines in memory for the error message."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self.fh = path.open("w", encoding="utf-8")
-        self.tail: list[str] = []
-        self.step = ""
-        self.steps = 0
-        self.ran = 0  # steps that executed a container ("Running in"), i.e. were not cached
-        self._partial = ""
-
-    def feed(self, chunk: str) -> list[str]:
-        """The complete lines a stream chunk finishes. The engine's chunks are not lines: a step's
-        stderr can arrive as "E", ": ", "Unable to locate package x\n"."""
-        *done, self._partial = (self._partial + chunk).split("\n")
-        for text in done:
-            self.line(text)
-        return done
-
-    def flush(self) -> list[str]:
-        rest, self._partial = self._partial, ""
-        if not buildfail.plain(rest):  # nothing, or only the colour reset that ends a step's stderr
-            return []
-        self.line(rest)
-        return [rest]
-
-    def line(self, text: str) -> None:
-        text = buildfail.plain(text)
-        self.fh.write(text + "\n")
-        self.fh.flush()
-        if text.strip():
-            self.tail = [*self.tail[-(TAIL * 4) :], text]
-
-    def close(self) -> None:
-        self.fh.close()
-
-    def failure(self) -> BuildFailure:
-        # One line can be megabytes (pip prints every file a failed copy left behind on one line);
-        # the error shows its start, the log keeps all of it.
-        tail = [
-            t if len(t) <= LINE_MAX else f"{t[:LINE_MAX]}... ({len(t)} characters, all in the log)" for t in self.tail
-        ]
-        return BuildFailure(step=self.step or "(before the first step)", tail=tail[-TAIL:], log_path=str(self.path))
-
-
 def _sdk_build(
-    cli: Any, ctx: Path, prof: Profile, *, buildargs: dict[str, str], opts: BuildOptions, log: _Log, say: Events
+    cli: Any, ctx: Path, prof: Profile, *, buildargs: dict[str, str], opts: BuildOptions, log: BuildLog, say: Events
 ) -> str:
     image_id = ""
     stream = cli.api.build(
@@ -161,7 +113,7 @@ def _sdk_build(
     return image_id
 
 
-def _build_error(prof: Profile, message: str, log: _Log) -> BuildError:
+def _build_error(prof: Profile, message: str, log: BuildLog) -> BuildError:
     found = buildfail.diagnose(log.tail, prof.name)
     if found is None:
         return BuildError(f"build of {prof.name} failed: {message.strip()}", log.failure(), hint=f"see {log.path}")
@@ -179,7 +131,7 @@ def _buildkit_cli() -> list[str]:
 
 
 def _buildkit_build(
-    ctx: Path, prof: Profile, buildargs: dict[str, str], opts: BuildOptions, log: _Log, say: Events
+    ctx: Path, prof: Profile, buildargs: dict[str, str], opts: BuildOptions, log: BuildLog, say: Events
 ) -> str:
     iid = ctx.parent / "image.id"
     iid.unlink(missing_ok=True)
@@ -342,7 +294,7 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     say("phase", "base", plan.base.image)
     engine.ensure_image(cli, plan.base.image, pull=opts.pull, events=say)
     work = project.work_dir(prof.name)
-    log = _Log(work / "build.log")
+    log = BuildLog(work / "build.log")
     say("phase", "build", f"{opts.builder} builder")
     try:
         if opts.builder == "buildkit":

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+from envbuild.errors import BuildFailure
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -111,3 +114,54 @@ def diagnose(tail: list[str], profile: str) -> Diagnosis | None:
     if found is not None:
         return found
     return next((d for rule in _RULES if (d := _apply(rule, tail, profile)) is not None), None)
+
+
+TAIL = 40
+LINE_MAX = 500
+
+
+class BuildLog:
+    """The full build log on disk plus the last lines in memory for the error message."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.fh = path.open("w", encoding="utf-8")
+        self.tail: list[str] = []
+        self.step = ""
+        self.steps = 0
+        self.ran = 0  # steps that executed a container ("Running in"), i.e. were not cached
+        self._partial = ""
+
+    def feed(self, chunk: str) -> list[str]:
+        """The complete lines a stream chunk finishes. The engine's chunks are not lines: a step's
+        stderr can arrive as "E", ": ", "Unable to locate package x\n"."""
+        *done, self._partial = (self._partial + chunk).split("\n")
+        for text in done:
+            self.line(text)
+        return done
+
+    def flush(self) -> list[str]:
+        rest, self._partial = self._partial, ""
+        if not plain(rest):  # nothing, or only the colour reset that ends a step's stderr
+            return []
+        self.line(rest)
+        return [rest]
+
+    def line(self, text: str) -> None:
+        text = plain(text)
+        self.fh.write(text + "\n")
+        self.fh.flush()
+        if text.strip():
+            self.tail = [*self.tail[-(TAIL * 4) :], text]
+
+    def close(self) -> None:
+        self.fh.close()
+
+    def failure(self) -> BuildFailure:
+        # One line can be megabytes (pip prints every file a failed copy left behind on one line);
+        # the error shows its start, the log keeps all of it.
+        tail = [
+            t if len(t) <= LINE_MAX else f"{t[:LINE_MAX]}... ({len(t)} characters, all in the log)" for t in self.tail
+        ]
+        return BuildFailure(step=self.step or "(before the first step)", tail=tail[-TAIL:], log_path=str(self.path))

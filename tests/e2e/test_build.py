@@ -40,7 +40,7 @@ def test_labels_and_both_tags(docker_client: Any, built_cpu: dict[str, Any], e2e
         "2.1.3",
     )
     assert labels["io.envbuild.accelerator"] == "cpu"
-    assert len(labels["io.envbuild.profile-digest"]) == 64
+    assert len(labels["io.envbuild.image-digest"]) == 64
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", labels["org.opencontainers.image.created"])
     for key in ("version", "revision", "source", "title"):
         assert labels[f"org.opencontainers.image.{key}"]

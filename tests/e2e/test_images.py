@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from envbuild import build, fsutil, validate
+from envbuild import build, lockfile, validate
+from envbuild import plan as plan_mod
 from envbuild.project import open_project
 
 from ..conftest import REPO
@@ -72,7 +73,8 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     for part in ("profiles", "lockfiles"):
         shutil.copytree(REPO / part, proj / part)
     prof = validate.load_valid(proj / "profiles" / "cpu-py311.yaml")
-    lock_sha = fsutil.sha256_file(proj / "lockfiles" / "cpu-py311" / "requirements.lock")
+    lock_sha = lockfile.lock_sha256((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
+    image_digest = plan_mod.make(open_project(str(proj)), prof, strict=False).image_digest
     source = f"file://{proj}"
     repo = f"{repo_name}-images"
 
@@ -80,7 +82,7 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
         out = {
             "io.envbuild.profile": name,
             "io.envbuild.lock-sha256": sha,
-            "io.envbuild.profile-digest": prof.digest(),
+            "io.envbuild.image-digest": image_digest,
             "org.opencontainers.image.source": src,
         }
         if smoke:
@@ -161,7 +163,7 @@ def test_prune_keeps_the_newest_build_cache_of_todays_lockfile_and_takes_older_o
     proj = tmp_path / "proj"
     for part in ("profiles", "lockfiles"):
         shutil.copytree(REPO / part, proj / part)
-    lock_sha = fsutil.sha256_file(proj / "lockfiles" / "cpu-py311" / "requirements.lock")
+    lock_sha = lockfile.lock_sha256((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
 
     def builder(sha: str, nonce: str) -> str:
         labels = {

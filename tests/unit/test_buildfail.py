@@ -88,7 +88,7 @@ def test_plain_strips_the_legacy_builders_colour_codes() -> None:
 
 def test_the_engines_chunks_are_joined_into_lines_before_they_are_read(tmp_path: Path) -> None:
     """dockerd streams a step's stderr in pieces; one CI run got "E", ": " and the rest apart."""
-    from envbuild.build import _Log
+    from envbuild.buildfail import BuildLog as _Log
 
     log = _Log(tmp_path / "build.log")
     chunks = [
@@ -118,7 +118,8 @@ def test_the_engines_chunks_are_joined_into_lines_before_they_are_read(tmp_path:
 
 
 def test_a_megabyte_line_is_cut_in_the_error_and_kept_whole_in_the_log(tmp_path: Path) -> None:
-    from envbuild.build import LINE_MAX, _Log
+    from envbuild.buildfail import LINE_MAX
+    from envbuild.buildfail import BuildLog as _Log
 
     log = _Log(tmp_path / "build.log")
     huge = "shutil.Error: [" + "('/tmp/a', '/t/a', '[Errno 28] No space left on device'), " * 50_000 + "]"

@@ -12,7 +12,7 @@ from envbuild.errors import ProfileError
 from tests.conftest import VALID, Result
 
 PROF = profile.Profile.model_validate({**VALID})
-CURRENT = {"io.envbuild.lock-sha256": "a" * 64, "io.envbuild.profile-digest": PROF.digest()}
+CURRENT = {"io.envbuild.lock-sha256": "a" * 64, "io.envbuild.image-digest": "d" * 64}
 
 
 def _compare(prof: profile.Profile, labels: dict[str, str]) -> list[str]:
@@ -20,7 +20,7 @@ def _compare(prof: profile.Profile, labels: dict[str, str]) -> list[str]:
 
 
 def _attrs(tags: list[str], *, lock: str = "a" * 64, smoke: bool = True, name: str = "cu121-py311") -> dict[str, Any]:
-    labels = {"io.envbuild.profile": name, "io.envbuild.lock-sha256": lock, "io.envbuild.profile-digest": PROF.digest()}
+    labels = {"io.envbuild.profile": name, "io.envbuild.lock-sha256": lock, "io.envbuild.image-digest": "d" * 64}
     if smoke:
         labels["io.envbuild.smoke"] = "passed"
     return {"RepoTags": tags, "Created": "2026-11-30T01:02:03.456Z", "Size": 123, "Config": {"Labels": labels}}

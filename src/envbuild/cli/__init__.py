@@ -32,9 +32,6 @@ def prepare() -> None:
 @functools.cache
 def _command() -> Any:
     # Building click's command tree from the typer app costs ~30 ms; build it once per process.
-    from envbuild import _typerspeed
-
-    _typerspeed.install()
     return typer.main.get_command(app)
 
 
