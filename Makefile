@@ -30,8 +30,11 @@ engine: ## Install and start a real Docker engine, the registry binary and the t
 
 run: install engine ## Set up everything, then the main job: validate the matrix and build + smoke-test cpu-py311
 	$(VENV)/bin/envbuild validate --all
+	@# A wheelhouse is a shortcut when this machine has one, never a requirement: without it the
+	@# torch wheel comes from the index the lockfile records.
+	links=(); if [ -d "$${PIP_FIND_LINKS:-}" ]; then links=(--find-links "$$PIP_FIND_LINKS"); fi; \
 	$(VENV)/bin/envbuild build cpu-py311 --base envbuild-test/debian:bookworm \
-	  --find-links "$${PIP_FIND_LINKS:-/opt/wheels}" --ca-bundle /etc/ssl/certs/ca-certificates.crt
+	  --ca-bundle /etc/ssl/certs/ca-certificates.crt "$${links[@]}"
 
 test: install ## Fast unit suite (no engine needed)
 	$(call run_pytest,-q -m "not e2e" tests/unit)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Gets a real Docker engine, the registry binary and the test base image on a Debian machine
-# like the CI one (see README "Engine for the e2e suite"). Idempotent: each step is skipped
+# like the CI one (see README, "Setup and the main job"). Idempotent: each step is skipped
 # when its result is already there.
 set -euo pipefail
 

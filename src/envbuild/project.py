@@ -144,7 +144,7 @@ def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
             problems.append(f"lock_jobs: must be 1 or more, got {value}")
     if problems:
         raise UsageError(
-            f"{config_path}: " + "; ".join(problems), hint="see README 'Project configuration' for the keys"
+            f"{config_path}: " + "; ".join(problems), hint="see docs/PROFILES.md, 'Project configuration', for the keys"
         )
     from envbuild import refs
 

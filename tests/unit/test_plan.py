@@ -1,0 +1,188 @@
+"""The build plan and the lock record: facts worked out once, and what each digest covers."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envbuild import freshness, lockfile, publish, validate
+from envbuild import plan as plan_mod
+from envbuild.project import open_project
+from tests.conftest import Result
+
+
+def _facts(project: Path, name: str) -> dict[str, str]:
+    proj = open_project(str(project))
+    prof = validate.load_named(proj, name)
+    return {label: value for _, label, value in publish.local_facts(proj, prof)}
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new))
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("description: CPU-only torch 2.13 for tests and CPU inference", "description: something else"),
+        ('packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1"]\nregistry: "ghcr.io/acme/envs"'),
+        ('packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1"]\nindex_url: "https://mirror.example/simple"'),
+        ('packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1"]\ntorch_index: "https://mirror.example/whl/cpu"'),
+    ],
+    ids=["description", "registry", "index_url", "torch_index"],
+)
+def test_fields_that_do_not_reach_the_image_leave_it_current(engineless_project: Path, old: str, new: str) -> None:
+    """Adding `registry:` to a tested profile made `status` call its image stale (a rebuild of GBs)."""
+    before = _facts(engineless_project, "cpu-py311")
+    _edit(engineless_project / "profiles" / "cpu-py311.yaml", old, new)
+    assert _facts(engineless_project, "cpu-py311") == before
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1"]\napt: ["git"]'),
+        ('packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1"]\nenv: {OMP_NUM_THREADS: "4"}'),
+        ('packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1"]\nbase: "debian:bookworm"'),
+    ],
+    ids=["apt", "env", "base"],
+)
+def test_fields_that_reach_the_image_make_it_stale(engineless_project: Path, old: str, new: str) -> None:
+    before = _facts(engineless_project, "cpu-py311")
+    _edit(engineless_project / "profiles" / "cpu-py311.yaml", old, new)
+    after = _facts(engineless_project, "cpu-py311")
+    assert after["io.envbuild.image-digest"] != before["io.envbuild.image-digest"]
+    assert after["io.envbuild.lock-sha256"] == before["io.envbuild.lock-sha256"]
+
+
+def test_a_template_override_makes_the_image_stale(engineless_project: Path) -> None:
+    before = _facts(engineless_project, "cpu-py311")
+    templates = engineless_project / "templates"
+    templates.mkdir()
+    shipped = plan_mod.default_templates_dir() / "Dockerfile.venv.j2"
+    (templates / "Dockerfile.venv.j2").write_text(shipped.read_text() + "# a local change\n")
+    assert _facts(engineless_project, "cpu-py311")["io.envbuild.image-digest"] != before["io.envbuild.image-digest"]
+
+
+def test_status_keeps_a_fresh_lock_fresh_when_only_the_registry_changes(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    _edit(engineless_project / "profiles" / "cpu-py311.yaml", "einops==0.8.1\"]", 'einops==0.8.1"]\nregistry: "r.io/a/b"')
+    report = json.loads(cli("status", "cpu-py311", "--json").out)
+    assert report["profiles"][0]["lockfile"] == "fresh"
+
+
+def test_the_plan_is_the_one_place_the_torch_route_is_decided(engineless_project: Path) -> None:
+    proj = open_project(str(engineless_project))
+    cpu = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"))
+    assert (cpu.source.route, cpu.source.canonical_index) == ("index", "https://download.pytorch.org/whl/cpu")
+    cu121 = plan_mod.make(proj, validate.load_named(proj, "cu121-py311"))
+    assert (cu121.source.route, cu121.source.canonical_index) == ("pypi", "https://pypi.org/simple")
+    # a wheelhouse is how the build is reached today, never what the lock records
+    wheels = engineless_project / "wheels"
+    wheels.mkdir()
+    via = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"), plan_mod.PlanOptions(find_links=(str(wheels),)))
+    assert via.source.torch_index == wheels.as_uri() and via.source.canonical_index == cpu.source.canonical_index
+    assert via.input_digest == cpu.input_digest
+
+
+def test_the_build_takes_the_route_the_lockfile_recorded(engineless_project: Path) -> None:
+    """An envbuild upgrade whose compat data moves a release's default build must not make the build's
+    index arguments disagree with a lockfile that still counts as fresh."""
+    proj = open_project(str(engineless_project))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cu121-py311"))
+    snap = freshness.require_fresh(proj, plan)
+    assert snap.record.route == "pypi"
+    as_locked = plan.source_as_locked("index", "https://download.pytorch.org/whl/cu121")
+    assert as_locked.extra_index == "https://download.pytorch.org/whl/cu121"
+    assert plan.source_as_locked(snap.record.route, snap.record.index).extra_index == ""
+
+
+def test_lock_record_round_trips_and_old_headers_are_read() -> None:
+    record = lockfile.new_record(
+        profile="cpu-py311",
+        python="3.11",
+        platform="x86_64",
+        build="cpu",
+        route="index",
+        index="https://download.pytorch.org/whl/cpu",
+        input_digest="a" * 64,
+        resolution="b" * 64,
+    )
+    text = record.header("envbuild lock cpu-py311 --upgrade") + "six==1.17.0\n"
+    assert text.startswith("# DO NOT EDIT: generated by envbuild")
+    assert lockfile.read_record(text) == record
+    old = (Path(__file__).resolve().parents[2] / "lockfiles" / "cu121-py311" / "requirements.lock").read_text()
+    if lockfile.RECORD_PREFIX not in old:  # a format 1 lockfile, as committed before the record existed
+        v1 = lockfile.read_record(old)
+        assert (v1.format, v1.route, v1.build) == (1, "pypi", "cu121")
+    with pytest.raises(lockfile.RecordError, match="no envbuild header"):
+        lockfile.read_record("six==1.17.0\n")
+
+
+def test_a_hand_edited_lockfile_is_reported_as_edited(cli: Callable[..., Result], engineless_project: Path) -> None:
+    path = engineless_project / "lockfiles" / "cpu-py311" / "requirements.lock"
+    path.write_text(path.read_text() + "six==1.17.0 \\\n    --hash=sha256:" + "1" * 64 + "\n")
+    res = cli("lock", "--check", "cpu-py311", "--json")
+    assert res.code == 1
+    reason = json.loads(res.out)["stale"][0]["reason"]
+    assert "was edited by hand" in reason
+    res = cli("build", "cpu-py311", "--context-only")
+    assert res.code != 0 and "edited by hand" in res.err and "envbuild lock cpu-py311" in res.err
+
+
+def test_line_endings_change_no_digest(engineless_project: Path) -> None:
+    path = engineless_project / "lockfiles" / "cpu-py311" / "requirements.lock"
+    text = path.read_text()
+    proj = open_project(str(engineless_project))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"), strict=False)
+    lf = freshness.require_fresh(proj, plan)
+    path.write_bytes(text.replace("\n", "\r\n").encode())
+    crlf = freshness.require_fresh(proj, plan)
+    assert crlf.sha256 == lf.sha256 and crlf.record == lf.record
+
+
+def test_an_aarch64_only_profile_is_refused_before_any_work(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    path = engineless_project / "profiles" / "cpu-py311.yaml"
+    _edit(path, "extends: _base\n", "extends: _base\nplatforms: [aarch64]\n")
+    res = cli("build", "cpu-py311", "--context-only")
+    assert res.code == 2, res.err
+    assert "cpu-py311 is locked for aarch64" in res.err and "add x86_64 to the profile's platforms" in res.err
+
+
+def test_a_stalled_uv_is_an_error_with_its_fix(
+    cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A uv subprocess time-out reached users as 'internal error ... a bug' (exit 70)."""
+    monkeypatch.setenv("ENVBUILD_UV_TIMEOUT", "0.001")
+    res = cli("lock", "cpu-py312")
+    assert res.code == 4, res.err
+    assert "uv did not finish within" in res.err and "ENVBUILD_UV_TIMEOUT" in res.err
+
+
+def test_conda_lock_without_its_binaries_is_an_error_with_its_fix(
+    cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    monkeypatch.setenv("PATH", str(bare))
+    res = cli("lock", "cpu-py311-conda", "--solver", "conda-lock")
+    assert res.code == 4, res.err
+    assert "needs micromamba, mamba or conda on PATH" in res.err and "--solver rattler" in res.err
+    # a micromamba but no conda-lock: named, with the install command, not a traceback
+    fake = bare / "micromamba"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    res = cli("lock", "cpu-py311-conda", "--solver", "conda-lock")
+    assert res.code == 4, res.err
+    assert "conda-lock is not installed" in res.err and "envbuild[conda]" in res.err
+    assert os.environ["PATH"] == str(bare)
