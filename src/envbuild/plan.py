@@ -301,13 +301,15 @@ class Plan:
     @property
     def image_digest(self) -> str:
         """sha256 of everything that reaches the image but the lockfile (which the lock-sha256 label
-        covers): the profile's fields except those in _NOT_IN_IMAGE, the base image, the templates'
-        sources and the smoke package envbuild puts in every image. An image whose
-        io.envbuild.image-digest label differs from this one would be built differently today."""
+        covers): the profile's fields except those in _NOT_IN_IMAGE (its `base:` and `devel:`
+        included), the templates' sources and the smoke package envbuild puts in every image. An
+        image whose io.envbuild.image-digest label differs would be built differently today.
+
+        Not a `--base` option: a one-off the project does not record, so `status` could not
+        compare with it (the image's org.opencontainers.image.base.name label says what was used)."""
         fields = {k: v for k, v in self.profile.model_dump(mode="json").items() if k not in _NOT_IN_IMAGE}
         payload = {
             "profile": fields,
-            "base": [self.base.image, self.base.python_from],
             "templates": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(self.templates.items())},
             "smoke": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in smoke_sources().items()},
         }

@@ -51,8 +51,13 @@ def test_cpu_profile_locks_from_wheelhouse_and_makes_a_venv(proj: Path, tmp_path
     assert res.returncode == 0, res.stderr
     pins = lockfile.parse_requirements((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
     assert pins["torch"].version == "2.13.0+cpu"
-    assert pins["torch"].source == Path(WHEELS).resolve().as_uri()
+    # the canonical index of the build, never the wheelhouse of the machine that locked
+    assert pins["torch"].source == "https://download.pytorch.org/whl/cpu"
     assert pins["numpy"].source == "https://pypi.org/simple"
+    for written in (proj / "lockfiles" / "cpu-py311").iterdir():
+        assert Path(WHEELS).resolve().as_uri() not in written.read_text(), written.name
+    record = lockfile.read_record((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
+    assert (record.route, record.index) == ("index", "https://download.pytorch.org/whl/cpu")
     target = tmp_path / "venv"
     res = envbuild("venv", "cpu-py311", str(target), "--find-links", WHEELS, cwd=proj, timeout=900)
     assert res.returncode == 0, res.stderr

@@ -74,7 +74,9 @@ def test_a_template_override_makes_the_image_stale(engineless_project: Path) -> 
 def test_status_keeps_a_fresh_lock_fresh_when_only_the_registry_changes(
     cli: Callable[..., Result], engineless_project: Path
 ) -> None:
-    _edit(engineless_project / "profiles" / "cpu-py311.yaml", "einops==0.8.1\"]", 'einops==0.8.1"]\nregistry: "r.io/a/b"')
+    _edit(
+        engineless_project / "profiles" / "cpu-py311.yaml", 'einops==0.8.1"]', 'einops==0.8.1"]\nregistry: "r.io/a/b"'
+    )
     report = json.loads(cli("status", "cpu-py311", "--json").out)
     assert report["profiles"][0]["lockfile"] == "fresh"
 
