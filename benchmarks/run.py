@@ -79,6 +79,7 @@ def project_copy(names: list[str]) -> Path:
     root = Path(tempfile.mkdtemp(prefix="envbuild-bench-")) / "proj"
     (root / "profiles").mkdir(parents=True)
     shutil.copy(REPO / "profiles" / "_base.yaml", root / "profiles")
+    shutil.copytree(REPO / "checks", root / "checks")
     for n in names:
         shutil.copy(REPO / "profiles" / f"{n}.yaml", root / "profiles")
         if (REPO / "lockfiles" / n).is_dir():

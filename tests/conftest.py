@@ -58,6 +58,7 @@ def project(tmp_path: Path) -> Path:
     """A copy of the shipped profiles in a fresh project folder."""
     root = tmp_path / "proj"
     shutil.copytree(SHIPPED_PROFILES, root / "profiles")
+    shutil.copytree(REPO / "checks", root / "checks")  # cpu-py311's own smoke check
     return root
 
 

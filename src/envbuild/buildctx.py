@@ -39,13 +39,16 @@ from envbuild.names import (
     lock_names,
     quiet,
 )
-from envbuild.plan import Plan, PlanOptions, TorchSource
+from envbuild.plan import Plan, PlanOptions
 from envbuild.project import Project
 from envbuild.refs import without_credentials
+from envbuild.torchsource import TorchSource
 
 SMOKE_DIR = "smoke"  # in the context; the image's /opt/envbuild
 SMOKE_PACKAGE = "envbuild_smoke"  # the in-image package's import name
 SMOKE_ENTRY = "envbuild-smoke"
+CHECKS_DIR = "checks"  # the project's own checks, beside expect.json
+CHECK_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,11 @@ class Context:
         return {"PIP_INDEX_URL": self.plan.source.index_url, "PIP_EXTRA_INDEX_URL": self.plan.source.extra_index}
 
 
-def smoke_files() -> dict[str, str]:
-    """What the context's smoke/ folder holds: the entry script and the in-image package."""
+def smoke_files(plan: Plan) -> dict[str, str]:
+    """What the context's smoke/ folder holds: the entry script, the in-image package and the
+    project's own checks."""
     files = {f"{SMOKE_PACKAGE}/{name}": text for name, text in plan_mod.smoke_sources().items()}
+    files.update({f"{CHECKS_DIR}/{name}": text for name, text in plan.checks.items()})
     files[SMOKE_ENTRY] = (
         "#!/bin/sh\n"
         "# Installed in every envbuild image as /usr/local/bin/envbuild-smoke.\n"
@@ -118,6 +123,11 @@ def expectations(plan: Plan, lock: LockSnapshot | None) -> dict[str, Any]:
     }
     if prof.flavor == "venv" and lock is not None:
         expect["packages"] = {p.name: p.version for p in lock.pins.values()}
+    expect["compile"] = prof.compile
+    # relative to the folder of expect.json (the image's /opt/envbuild), where the scripts are put
+    expect["checks"] = [
+        {"file": name, "path": f"{CHECKS_DIR}/{name}", "timeout": CHECK_TIMEOUT_S} for name in sorted(plan.checks)
+    ]
     if prof.cuda:
         db = compat.load()
         floor = db.driver_floor(prof.cuda)
@@ -254,7 +264,7 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     # Under the x86_64 name whatever the platform: the Dockerfile copies one lockfile.
     in_context = lock_names("x86_64", prof.flavor)[0]
     files: dict[Path, str] = {ctx / "Dockerfile": outputs["Dockerfile"], ctx / in_context: lock.text}
-    files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files().items()})
+    files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     if ca_text is not None:
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text

@@ -17,8 +17,8 @@ from envbuild import compat
 from envbuild.errors import LockError
 from envbuild.lockfile import Pin
 from envbuild.names import TORCH_FAMILY_RE
-from envbuild.plan import TorchSource
 from envbuild.profile import Profile
+from envbuild.torchsource import TorchSource
 
 _CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(-cu\d+)?$|^cuda-toolkit$")
 

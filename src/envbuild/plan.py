@@ -17,9 +17,9 @@ from typing import Any
 
 from envbuild import compat
 from envbuild.errors import RenderError, UsageError
-from envbuild.names import PYPI_SIMPLE, TORCH_INDEX_ROOT
 from envbuild.profile import Profile
 from envbuild.project import Project
+from envbuild.torchsource import TorchSource, torch_source
 
 TEMPLATE_NAMES = {
     "venv": ("Dockerfile.venv.j2", "requirements.in.j2", "lock-input.toml.j2"),
@@ -39,77 +39,6 @@ class PlanOptions:
     find_links: tuple[str, ...] = ()
     platforms: tuple[str, ...] = ()
     templates_dir: Path | None = None  # `render --templates`: instead of the project's templates/
-
-
-@dataclass(frozen=True)
-class TorchSource:
-    """Where the torch family is resolved and installed from, for one profile.
-
-    `route` and `canonical_index` are facts about the build (what lock records); `index_url`,
-    `torch_index` and `find_links` are today's way to reach it (mirrors, a wheelhouse), which
-    may differ on every machine and never reach a lockfile.
-    """
-
-    route: str  # "pypi" (PyPI's default wheel is this build) or "index"
-    index_url: str  # the PyPI (mirror) URL
-    torch_index: str | None  # where the torch family is fetched from today, when route == "index"
-    torch_index_flat: bool  # torch_index is a flat folder of wheels (find-links style)
-    find_links: tuple[str, ...]
-    canonical_index: str  # the public index this build lives on: what a lockfile records
-
-    @property
-    def extra_index(self) -> str:
-        """The index pip or uv needs beside index_url: the torch index, unless it is a flat wheelhouse."""
-        return self.torch_index or "" if self.route == "index" and not self.torch_index_flat else ""
-
-
-def _as_url(location: str) -> tuple[str, bool]:
-    """A URL for an index or wheelhouse; local folders are flat (find-links style) indexes."""
-    if location.startswith(("http://", "https://")):
-        return location.rstrip("/"), location.endswith((".html", "/links"))
-    path = location.removeprefix("file://")
-    return Path(path).resolve().as_uri(), True
-
-
-def torch_route(profile: Profile) -> tuple[str, str]:
-    """(route, canonical index) of the profile's torch build, from the compat data: "pypi" when PyPI's
-    own wheel for the release is this build on every platform of the profile."""
-    row = compat.load().release(profile.torch)
-    on_pypi = (
-        profile.accelerator == "cuda"
-        and row is not None
-        and row.pypi_cuda == profile.cuda
-        and "aarch64" not in profile.platforms
-    )
-    if on_pypi:
-        return "pypi", PYPI_SIMPLE
-    return "index", f"{TORCH_INDEX_ROOT}/{profile.build_tag}"
-
-
-def torch_source(
-    profile: Profile,
-    *,
-    index_url: str | None = None,
-    torch_index: str | None = None,
-    find_links: tuple[str, ...] = (),
-    route: tuple[str, str] | None = None,
-) -> TorchSource:
-    """Where the torch family comes from today. `route`: (route, canonical index) as a lockfile
-    recorded it; None works it out from today's compat data (what `lock` does)."""
-    kind, canonical = route or torch_route(profile)
-    index = index_url or profile.index_url or PYPI_SIMPLE
-    links = tuple(find_links) or tuple(profile.find_links)
-    explicit = torch_index or profile.torch_index
-    if kind == "pypi" and not explicit:
-        return TorchSource("pypi", index, None, False, links, canonical)
-    if explicit:
-        url, flat = _as_url(explicit)
-    elif links:
-        # An air-gapped wheelhouse stands in for the PyTorch index.
-        url, flat = _as_url(links[0])
-    else:
-        url, flat = canonical, False
-    return TorchSource("index", index, url, flat, links, canonical)
 
 
 def _expand(project: Project, location: str) -> str:
@@ -230,6 +159,7 @@ class Plan:
     templates_dir: Path | None
     templates: dict[str, str] = field(repr=False)  # the flavor's template sources, by name
     torch_mirror: str | None = None  # a mirror of the PyTorch index given today (option > profile > toml)
+    checks: dict[str, str] = field(default_factory=dict, repr=False)  # the project's own checks: {file: text}
 
     def source_as_locked(self, route: str, index: str) -> TorchSource:
         """Where the torch family comes from for a lockfile that recorded (route, canonical index):
@@ -251,6 +181,16 @@ class Plan:
     @property
     def python_bin(self) -> str:
         return f"python{self.profile.python}"
+
+    @property
+    def compile_packages(self) -> tuple[str, ...]:
+        """OS packages torch.compile needs at run time: a C/C++ compiler for inductor (and Triton's
+        launcher on GPUs) and, for an OS Python, its headers. Empty when the profile opts out."""
+        if not self.profile.compile:
+            return ()
+        if self.profile.flavor == "conda":
+            return ("g++",)  # conda's Python carries its own headers
+        return ("g++", f"{self.python_bin}-dev")
 
     @property
     def input_digest(self) -> str:
@@ -311,6 +251,7 @@ class Plan:
         payload = {
             "profile": fields,
             "templates": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(self.templates.items())},
+            "checks": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(self.checks.items())},
             "smoke": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in smoke_sources().items()},
         }
         return _sha(payload)
@@ -347,7 +288,30 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
         templates_dir=templates_dir,
         templates=templates,
         torch_mirror=mirror,
+        checks=_read_checks(project, profile),
     )
+
+
+def _read_checks(project: Project, profile: Profile) -> dict[str, str]:
+    """The profile's `checks:` scripts, {file name: text}; each must exist, and their file names must
+    differ (they travel to one folder of the image)."""
+    out: dict[str, str] = {}
+    for rel in profile.checks:
+        path = project.root / rel
+        name = Path(rel).name
+        if name in out:
+            raise UsageError(
+                f"{profile.name}'s checks: two scripts are named {name}", hint="give each check its own file name"
+            )
+        try:
+            out[name] = path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(
+                f"{profile.name}'s checks: {rel} cannot be read ({why})",
+                hint="name a Python script in the project, relative to its folder (checks/train_tiny.py)",
+            ) from exc
+    return out
 
 
 def for_profile(profile: Profile, *, base: str | None = None, templates_dir: Path | None = None) -> Plan:

@@ -168,6 +168,7 @@ VersionOrAuto = Annotated[str, AfterValidator(_version_or_auto), _schema(pattern
 EnvVars = Annotated[dict[str, str], AfterValidator(_env), _schema(propertyNames={"pattern": ENV_KEY_RE.pattern})]
 Url = Annotated[str, _Pattern(URL_RE, "an http(s):// or file:// URL", '"https://pypi.example/simple"')]
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
+CHECK_RE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_./-]{1,200}\.py$")
 MATCH_SPEC_RE = re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$")
 
 
@@ -238,6 +239,16 @@ class Profile(BaseModel):
         "CUDA profiles: build on NVIDIA's CUDA devel image (nvcc, headers) instead of the slim default base. "
         "A name ending in -devel means the same when this is not set.",
         default=False,
+    )
+    compile: bool = _doc(
+        "Carry what torch.compile needs (a C/C++ compiler and the Python headers, ~150-200 MB); false for "
+        "inference-only images, and the smoke test's compile check is then skipped.",
+        default=True,
+    )
+    checks: list[Annotated[str, _Pattern(CHECK_RE, "a Python script in the project", '"checks/train_tiny.py"')]] = _doc(
+        "The project's own smoke checks: scripts (relative to the project) that run in the image with the "
+        "smoke test and pass when they exit 0.",
+        default_factory=list,
     )
     registry: Annotated[str, _Pattern(REGISTRY_RE, "a registry path", '"ghcr.io/acme/envs"')] | None = _doc(
         "Where push and pull go: HOST[:PORT]/PATH."

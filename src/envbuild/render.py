@@ -92,6 +92,7 @@ def context(plan: Plan, *, labels: dict[str, str] | None = None) -> dict[str, An
         "channels": profile.channels,
         "conda_packages": sorted(profile.conda_packages),
         "conda_specs": list(plan.conda_specs),
+        "compile_packages": list(plan.compile_packages),
         "pip_specs": list(plan.pip_specs),
         "uid": IMAGE_UID,
         "labels": sorted((labels or {}).items()),

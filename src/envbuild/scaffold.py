@@ -18,8 +18,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from envbuild import compat, profile, uvtool, validate
-from envbuild import plan as plan_mod
+from envbuild import compat, profile, torchsource, uvtool, validate
 from envbuild.errors import ProfileError, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.names import PYPI_SIMPLE
@@ -217,7 +216,7 @@ def create(
 
 def _source_notes(prof: profile.Profile, project: Project) -> list[str]:
     """Where the torch family will come from, when it is not PyPI: that index must be reachable to lock."""
-    src = plan_mod.torch_source(prof, index_url=project.config.index_url, torch_index=project.config.torch_index)
+    src = torchsource.torch_source(prof, index_url=project.config.index_url, torch_index=project.config.torch_index)
     if src.route == "pypi":
         return []
     row = compat.load().release(prof.torch)

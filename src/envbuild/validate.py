@@ -258,6 +258,16 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
                 "use conda-forge or torch <= 2.5",
                 ",".join(map(str, channels)),
             )
+    if "checks" not in bad:
+        for i, script in enumerate(_list(data, "checks")):
+            if isinstance(script, str) and not (path.parent.parent / script).is_file():
+                ld.add(
+                    "error",
+                    f"checks[{i}]",
+                    f"{script[:80]!r} is not a file of the project",
+                    "name a Python script relative to the project folder, e.g. checks/train_tiny.py",
+                    script,
+                )
     if "find_links" in bad:
         return
     for i, link in enumerate(_list(data, "find_links")):

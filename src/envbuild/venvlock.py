@@ -14,9 +14,10 @@ from envbuild.fsutil import atomic_write_many
 from envbuild.lockfile import Pin
 from envbuild.lockopts import LockOptions, LockOutcome
 from envbuild.names import PLATFORM_TAGS, PYPI_SIMPLE, TORCH_FAMILY_RE, lock_names
-from envbuild.plan import Plan, TorchSource
+from envbuild.plan import Plan
 from envbuild.project import Project
 from envbuild.refs import redact
+from envbuild.torchsource import TorchSource
 
 
 def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opts: LockOptions) -> list[str]:

@@ -117,6 +117,7 @@ def e2e_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("e2e") / "proj"
     shutil.copytree(REPO / "profiles", root / "profiles")
     shutil.copytree(REPO / "lockfiles", root / "lockfiles")
+    shutil.copytree(REPO / "checks", root / "checks")
     return root
 
 

@@ -174,7 +174,7 @@ def test_a_nearly_full_engine_disk_is_warned_of_before_the_base_pull(
 
 def _copy_project(source: Path, dest: Path) -> Path:
     """A project of its own to break, with the session's profiles and lockfiles."""
-    for part in ("profiles", "lockfiles"):
+    for part in ("profiles", "lockfiles", "checks"):
         shutil.copytree(source / part, dest / part)
     return dest
 

@@ -70,7 +70,7 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     docker_client: Any, made: Made, tmp_path: Path, repo_name: str
 ) -> None:
     proj = tmp_path / "proj"
-    for part in ("profiles", "lockfiles"):
+    for part in ("profiles", "lockfiles", "checks"):
         shutil.copytree(REPO / part, proj / part)
     prof = validate.load_valid(proj / "profiles" / "cpu-py311.yaml")
     lock_sha = lockfile.lock_sha256((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
@@ -161,7 +161,7 @@ def test_prune_keeps_the_newest_build_cache_of_todays_lockfile_and_takes_older_o
     """The classic builder leaves each build's builder stage untagged (1.5-6 GB): the newest one of the
     current lockfile is what the next build starts from; the others are dead weight."""
     proj = tmp_path / "proj"
-    for part in ("profiles", "lockfiles"):
+    for part in ("profiles", "lockfiles", "checks"):
         shutil.copytree(REPO / part, proj / part)
     lock_sha = lockfile.lock_sha256((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
 

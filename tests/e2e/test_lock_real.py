@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.network]
 def proj(tmp_path: Path) -> Path:
     root = tmp_path / "proj"
     shutil.copytree(REPO / "profiles", root / "profiles")
+    shutil.copytree(REPO / "checks", root / "checks")
     return root
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import freshness, fsutil, lock, lockfile, lockverify, profile, uvtool, validate
+from envbuild import freshness, fsutil, lock, lockfile, lockverify, profile, torchsource, uvtool, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import LockError, WriteFailed
 from envbuild.lockfile import Pin
@@ -57,7 +57,7 @@ def test_verify_accepts_the_right_cuda_build() -> None:
         ("numpy", "1.26.4", PYPI),
         ("torchvision", "0.18.1", PYPI),
     )
-    lockverify.verify(prof, pins, plan_mod.torch_source(prof), "x86_64")
+    lockverify.verify(prof, pins, torchsource.torch_source(prof), "x86_64")
 
 
 def test_verify_rejects_wrong_cuda_runtime_naming_both() -> None:
@@ -69,7 +69,7 @@ def test_verify_rejects_wrong_cuda_runtime_naming_both() -> None:
         ("torchvision", "0.21.0", PYPI),
     )
     with pytest.raises(LockError) as err:
-        lockverify.verify(prof, pins, plan_mod.torch_source(prof), "x86_64")
+        lockverify.verify(prof, pins, torchsource.torch_source(prof), "x86_64")
     assert "expected a CUDA 12.4 build (+cu124)" in str(err.value)
     assert "nvidia-cuda-runtime-cu12 12.1.105 (CUDA 12.1)" in str(err.value)
 
@@ -83,14 +83,14 @@ def test_verify_rejects_numpy_and_torchvision_drift() -> None:
         ("torchvision", "0.18.0", PYPI),
     )
     with pytest.raises(LockError) as err:
-        lockverify.verify(prof, pins, plan_mod.torch_source(prof), "x86_64")
+        lockverify.verify(prof, pins, torchsource.torch_source(prof), "x86_64")
     assert "numpy: expected 1.26.4, the resolver chose 2.0.0" in str(err.value)
     assert "torchvision: expected 0.18.1, the resolver chose 0.18.0" in str(err.value)
 
 
 def test_verify_rejects_cuda_torch_for_cpu_profile() -> None:
     prof = _prof("cpu-py311")
-    src = plan_mod.torch_source(prof, find_links=("/opt/wheels",))
+    src = torchsource.torch_source(prof, find_links=("/opt/wheels",))
     pins = _pins(("torch", "2.13.0", PYPI), ("nvidia-cuda-runtime", "13.0.96", PYPI), ("numpy", "2.1.3", PYPI))
     with pytest.raises(LockError, match="expected the CPU build"):
         lockverify.verify(prof, pins, src, "x86_64")
@@ -98,7 +98,7 @@ def test_verify_rejects_cuda_torch_for_cpu_profile() -> None:
 
 def test_verify_rejects_dependency_confusion() -> None:
     prof = _prof("cu118-py310")
-    src = plan_mod.torch_source(prof)
+    src = torchsource.torch_source(prof)
     idx = "https://download.pytorch.org/whl/cu118"
     pins = _pins(
         ("torch", "2.7.1+cu118", idx),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envbuild import plan as plan_mod
-from envbuild import render, validate
+from envbuild import render, torchsource, validate
 from envbuild.errors import RenderError
 
 from ..conftest import dockerfile_instructions
@@ -94,11 +94,11 @@ def test_missing_variable_in_user_template_is_a_clear_error(tmp_path: Path) -> N
 def test_torch_routing() -> None:
     cu121 = validate.load_valid(REPO / "profiles" / "cu121-py311.yaml")
     cu118 = validate.load_valid(REPO / "profiles" / "cu118-py310.yaml")
-    assert plan_mod.torch_source(cu121).route == "pypi"
-    src = plan_mod.torch_source(cu118)
+    assert torchsource.torch_source(cu121).route == "pypi"
+    src = torchsource.torch_source(cu118)
     assert (src.route, src.torch_index) == ("index", "https://download.pytorch.org/whl/cu118")
     toml = render.render(plan_mod.for_profile(cu118))["lock-input.toml"]
     assert re.search(r"^torch = \{ index = \"pytorch\" \}$", toml, re.M)
     assert "explicit = true" in toml
-    local = plan_mod.torch_source(cu118, find_links=("/opt/wheels",))
+    local = torchsource.torch_source(cu118, find_links=("/opt/wheels",))
     assert local.torch_index == "file:///opt/wheels" and local.torch_index_flat

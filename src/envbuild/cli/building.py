@@ -178,6 +178,10 @@ def smoke(
     lock_match: Annotated[
         str | None, typer.Option(help="--local: exact, pins (default) or none.", show_default=False)
     ] = None,
+    min_peak: Annotated[
+        float | None,
+        typer.Option(help="Fail the perf check when a GPU measures under this % of its datasheet peak."),
+    ] = None,
     tag: RepoOpt = None,
     project: ProjectOpt = None,
 ) -> None:
@@ -188,6 +192,10 @@ def smoke(
     from envbuild.smoke import host
 
     _check_positive_seconds("--timeout", timeout, 600)
+    if min_peak is not None and not 0 < min_peak <= 100:
+        raise UsageError(
+            f"--min-peak {min_peak:g}: a percentage of the datasheet peak, 0-100", hint="e.g. --min-peak 60"
+        )
     refs.check("--tag", tag, "repository")
     _check_smoke_mode(
         local, target, python=python, lock_match=lock_match, shm_size=shm_size, ipc_host=ipc_host, tag=tag
@@ -214,6 +222,7 @@ def smoke(
             gpus=gpus,
             timeout=timeout,
             lock_match="pins" if lock_match is None else lock_match,
+            min_peak=min_peak,
         )
     else:
         if target is None:
@@ -227,6 +236,7 @@ def smoke(
             timeout=timeout,
             shm_size=SMOKE_SHM_SIZE if shm_size is None else shm_size,
             ipc_host=ipc_host,
+            min_peak=min_peak,
         )
     _print_smoke(report)
     if json_file:

@@ -110,6 +110,7 @@ def run_in_image(
     shm_size: str | None = SMOKE_SHM_SIZE,
     ipc_host: bool = False,
     check_timeout: float = 120.0,
+    min_peak: float | None = None,
     shown: str | None = None,
 ) -> dict[str, Any]:
     """Run envbuild-smoke in a fresh container; the container is always removed.
@@ -119,6 +120,8 @@ def run_in_image(
     import requests
 
     command = [SMOKE_COMMAND, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
+    if min_peak is not None:
+        command += ["--min-peak", str(min_peak)]
     kwargs: dict[str, Any] = {}
     if ipc_host:
         kwargs["ipc_mode"] = "host"
@@ -204,6 +207,8 @@ def run_local(
     timeout: float = 120.0,
     lock_match: str = "pins",
     wall_timeout: float = 1800.0,
+    checks: dict[str, str] | None = None,
+    min_peak: float | None = None,
 ) -> dict[str, Any]:
     """The same checks in an interpreter on this machine (GPU hosts, lockfile-only CI jobs): the
     package the images carry, copied to a temporary folder, so that interpreter needs no envbuild."""
@@ -214,6 +219,9 @@ def run_local(
         package.mkdir(parents=True)
         for name, text in plan_mod.smoke_sources().items():
             (package / name).write_text(text)
+        (Path(tmp) / buildctx.CHECKS_DIR).mkdir()
+        for name, text in (checks or {}).items():
+            (Path(tmp) / buildctx.CHECKS_DIR / name).write_text(text)
         cmd = [
             python or sys.executable,
             "-m",
@@ -229,6 +237,7 @@ def run_local(
             "--lock-match",
             lock_match,
             "--local",
+            *(["--min-peak", str(min_peak)] if min_peak is not None else []),
         ]
         try:
             # its own session: the DDP ranks and their forkserver are in that process group, so a
@@ -276,6 +285,7 @@ def smoke_profile_here(
     gpus: str = "auto",
     timeout: float = 600.0,
     lock_match: str = "pins",
+    min_peak: float | None = None,
 ) -> dict[str, Any]:
     """`smoke --local NAME`: the profile's checks in an interpreter on this machine."""
     if lock_match not in {"exact", "pins", "none"}:
@@ -286,6 +296,8 @@ def smoke_profile_here(
     snap = None if lock_match == "none" else freshness.require_fresh(project, plan)
     return run_local(
         buildctx.expectations(plan, snap),
+        checks=plan.checks,
+        min_peak=min_peak,
         python=python,
         gpus=gpus_for(gpus, prof.accelerator, absent_ok=False),
         timeout=min(timeout, 300),
@@ -304,6 +316,7 @@ def smoke_image(
     timeout: float = 600.0,
     shm_size: str | None = SMOKE_SHM_SIZE,
     ipc_host: bool = False,
+    min_peak: float | None = None,
 ) -> dict[str, Any]:
     """`smoke NAME|IMAGE`: a profile's image (as `build.profile_image` finds it) or any image.
 
@@ -328,6 +341,7 @@ def smoke_image(
         shm_size=shm_size,
         ipc_host=ipc_host,
         shown=ref,
+        min_peak=min_peak,
     )
     report["ref"] = ref
     if prof is not None:

@@ -42,6 +42,8 @@ class Context:
     timeout: float
     lock_match: str  # exact | pins | none
     local: bool = False  # `envbuild smoke --local`: an interpreter on the host, not an image
+    min_peak: float | None = None  # --min-peak PCT: perf below this share of the datasheet fails
+    expect_path: str | None = None  # where expect.json was read: the project's checks lie beside it
     torch: Any = None
     devices: int = 0
 

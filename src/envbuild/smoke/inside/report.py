@@ -15,9 +15,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from .compiled import check_compile, check_export
 from .core import DEFAULT_EXPECT, REPORT_VERSION, CheckFailed, Context, Result, Skip
 from .gpu import check_cudnn, check_gpu
+from .perf import check_perf
 from .train import check_amp, check_dataloader, check_ddp, check_determinism
+from .usercheck import run_script
 from .versions import check_libs, check_versions
 
 CHECKS: list[tuple[str, Callable[[Context, Result], None]]] = [
@@ -29,13 +32,28 @@ CHECKS: list[tuple[str, Callable[[Context, Result], None]]] = [
     ("amp", check_amp),
     ("dataloader", check_dataloader),
     ("determinism", check_determinism),
+    ("compile", check_compile),
+    ("export", check_export),
+    ("perf", check_perf),
 ]
+
+
+def _checks(ctx: Context) -> list[tuple[str, Callable[[Context, Result], None]]]:
+    """The built-in checks, then the project's own (`checks:` in the profile), named after their files."""
+    own = []
+    for script in ctx.expect.get("checks") or []:
+
+        def one(c: Context, r: Result, s: dict[str, Any] = script) -> None:
+            run_script(c, r, s)
+
+        own.append((f"check:{script['file']}", one))
+    return [*CHECKS, *own]
 
 
 def run(ctx: Context, only: list[str] | None = None) -> dict[str, Any]:
     results = []
     started = time.time()
-    for name, fn in CHECKS:
+    for name, fn in _checks(ctx):
         if only and name not in only:
             continue
         r = Result(name)
@@ -82,6 +100,12 @@ SUMMARY_FACTS = (
     "batches",
     "driver",
     "device",
+    "first_call_s",
+    "format",
+    "onnx",
+    "cpu_fp32_gflops",
+    "all_reduce_busbw_gbs",
+    "script_s",
 )
 
 
@@ -116,13 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock-match", choices=["exact", "pins", "none"], default="exact")
     parser.add_argument("--only", action="append", help="run only this check (repeatable)")
     parser.add_argument("--local", action="store_true", help="on the host, not in an image (changes the remedies)")
+    parser.add_argument("--min-peak", type=float, default=None, help="fail perf under this %% of the datasheet peak")
     args = parser.parse_args(argv)
     path = args.expect or (DEFAULT_EXPECT if os.path.exists(DEFAULT_EXPECT) else None)
     expect: dict[str, Any] = {}
     if path:
         with open(path, encoding="utf-8") as fh:
             expect = json.load(fh)
-    ctx = Context(expect=expect, gpus=args.gpus, timeout=args.timeout, lock_match=args.lock_match, local=args.local)
+    ctx = Context(
+        expect=expect,
+        gpus=args.gpus,
+        timeout=args.timeout,
+        lock_match=args.lock_match,
+        local=args.local,
+        min_peak=args.min_peak,
+        expect_path=os.path.abspath(path) if path else None,
+    )
     report = run(ctx, args.only)
     text = table(report)
     if args.json_out == "-":

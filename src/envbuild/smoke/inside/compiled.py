@@ -1,0 +1,191 @@
+"""Checks of what PyTorch 2 users reach for first: torch.compile (inductor on the CPU, Triton on
+GPUs) and torch.export (TorchScript on releases before 2.1), with ONNX where the lock has onnx."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+import time
+from typing import Any
+
+from .core import CheckFailed, Context, Result, Skip, _public
+
+TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}  # fp32 kernels fused differently: not bit-equal, but close
+
+
+def _torch_at_least(torch: Any, major: int, minor: int) -> bool:
+    parts = _public(torch.__version__).split(".")
+    return (int(parts[0]), int(parts[1])) >= (major, minor)
+
+
+def _model(torch: Any, device: str) -> Any:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 64),
+        torch.nn.GELU(),
+        torch.nn.Linear(64, 8),
+    ).to(device)
+
+
+def _writable(path: str) -> bool:
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe) or "/"
+    return os.access(probe, os.W_OK)
+
+
+def _toolchain() -> dict[str, Any]:
+    """What inductor and Triton need from the image, found before anything is compiled."""
+    include = sysconfig.get_paths().get("include", "")
+    inductor_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), "torchinductor_" + (os.environ.get("USER") or str(os.getuid()))
+    )
+    triton_cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    return {
+        "cxx": shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++"),
+        "cc": shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc"),
+        "python_headers": os.path.isfile(os.path.join(include, "Python.h")),
+        "tmp_writable": _writable(tempfile.gettempdir()),
+        "inductor_cache": inductor_cache,
+        "inductor_cache_writable": _writable(inductor_cache),
+        "triton_cache": triton_cache,
+        "triton_cache_writable": _writable(triton_cache),
+    }
+
+
+def _toolchain_problem(tools: dict[str, Any], gpu: bool) -> tuple[str, str] | None:
+    py = "{}.{}".format(*sys.version_info[:2])
+    if not tools["cxx"]:
+        return (
+            "no C++ compiler (g++): inductor compiles its CPU kernels with one",
+            f"keep the profile's compile toolchain (compile: true installs g++ and python{py}-dev), or add g++ to apt",
+        )
+    if not tools["python_headers"]:
+        return (
+            f"no Python headers (Python.h) for Python {py}",
+            f"install python{py}-dev in the image (compile: true does)",
+        )
+    if not tools["tmp_writable"]:
+        return (f"{tempfile.gettempdir()} is not writable", "mount a writable /tmp (e.g. --tmpfs /tmp)")
+    if not tools["inductor_cache_writable"]:
+        return (
+            f"the inductor cache {tools['inductor_cache']} is not writable by this user",
+            "set TORCHINDUCTOR_CACHE_DIR to a folder the image user can write",
+        )
+    if gpu and not tools["triton_cache_writable"]:
+        return (
+            f"the Triton cache {tools['triton_cache']} is not writable by this user",
+            "set TRITON_CACHE_DIR (or HOME) to a folder the image user can write",
+        )
+    return None
+
+
+def _diagnose(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if "CppCompile" in text or "C++ compiler" in text or "InvalidCxxCompiler" in text:
+        return "the C++ compiler failed: install g++ and the Python headers (compile: true)"
+    if "Python.h" in text:
+        return "the Python headers are missing: install python3.X-dev (compile: true)"
+    if "triton" in text.lower():
+        return "Triton is missing or does not match torch: re-lock so the torch wheel's own triton pin is installed"
+    if "Permission denied" in text or "Read-only file system" in text:
+        return "a cache or temporary folder is not writable: set TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR"
+    return "see facts.error"
+
+
+def _compiled_run(torch: Any, device: str) -> dict[str, Any]:
+    model = _model(torch, device)
+    compiled = torch.compile(model)
+    out: dict[str, Any] = {"device": device}
+    for label, batch in (("first", 16), ("second", 24)):  # a second shape: a recompile or a dynamic kernel
+        x = torch.randn(batch, 32, device=device)
+        t0 = time.monotonic()
+        y = compiled(x)
+        y.square().mean().backward()
+        out[f"{label}_call_s"] = round(time.monotonic() - t0, 2)
+        grads = [p.grad.detach().clone() for p in model.parameters()]
+        model.zero_grad()
+        ref = model(x)
+        ref.square().mean().backward()
+        ref_grads = [p.grad.detach() for p in model.parameters()]
+        model.zero_grad()
+        if not torch.allclose(y, ref, **TOLERANCE) or not all(
+            torch.allclose(grads[i], ref_grads[i], **TOLERANCE) for i in range(len(grads))
+        ):
+            diff = float((y - ref).abs().max())
+            raise CheckFailed(
+                f"{device}: the compiled model's result differs from eager (max |diff| {diff:.2e}, batch {batch})",
+                "a miscompiled kernel: report it upstream with torch and compiler versions",
+            )
+    return out
+
+
+def check_compile(ctx: Context, r: Result) -> None:
+    if ctx.expect.get("compile") is False:
+        raise Skip("the profile opts out of the compile toolchain (compile: false)")
+    import torch
+
+    if not _torch_at_least(torch, 2, 0):
+        raise Skip(f"torch.compile needs torch >= 2.0 (this is {torch.__version__})")
+    gpu = ctx.use_gpu and torch.cuda.is_available()
+    tools = _toolchain()
+    r.facts.update(toolchain=tools)
+    problem = _toolchain_problem(tools, gpu)
+    if problem:
+        raise CheckFailed(*problem)
+    devices = ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))] if gpu else ["cpu"]
+    runs = []
+    for device in devices:
+        try:
+            runs.append(_compiled_run(torch, device))
+        except CheckFailed:
+            raise
+        except Exception as exc:  # inductor and Triton raise many types; the message names the cause
+            r.facts["error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+            raise CheckFailed(f"{device}: torch.compile failed ({type(exc).__name__})", _diagnose(exc)) from exc
+    r.facts.update(runs=runs, first_call_s=runs[0]["first_call_s"])
+
+
+def check_export(ctx: Context, r: Result) -> None:
+    import torch
+
+    model = _model(torch, "cpu").eval()
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        want = model(x)
+    folder = tempfile.mkdtemp(prefix="envbuild-export-")
+    try:
+        if _torch_at_least(torch, 2, 1):
+            program = torch.export.export(model, (x,))
+            path = os.path.join(folder, "model.pt2")
+            torch.export.save(program, path)
+            got = torch.export.load(path).module()(x)
+            r.facts["format"] = "torch.export"
+        else:
+            path = os.path.join(folder, "model.ts")
+            torch.jit.save(torch.jit.trace(model, x), path)
+            got = torch.jit.load(path)(x)
+            r.facts["format"] = "torchscript"
+        if not torch.allclose(got, want, **TOLERANCE):
+            raise CheckFailed(f"the {r.facts['format']} program, loaded back, computes another result", "see facts")
+        r.facts["onnx"] = _onnx(ctx, torch, model, x, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _onnx(ctx: Context, torch: Any, model: Any, x: Any, folder: str) -> str:
+    if "onnx" not in {k.lower() for k in (ctx.expect.get("packages") or {})}:
+        return "skip: onnx is not in the lockfile"
+    import onnx  # type: ignore[import-not-found]  # only where the lockfile has it
+
+    path = os.path.join(folder, "model.onnx")
+    # the TorchScript-based exporter: the dynamo one (the default from 2.9) needs onnxscript too
+    legacy = {"dynamo": False} if _torch_at_least(torch, 2, 5) else {}
+    torch.onnx.export(model, (x,), path, **legacy)
+    onnx.checker.check_model(onnx.load(path))
+    return "exported and checked"

@@ -1,0 +1,82 @@
+"""Where the torch family comes from: the route a build takes (PyPI or the PyTorch index), the
+canonical index a lockfile records, and today's way to reach it (mirrors, a wheelhouse)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from envbuild import compat
+from envbuild.names import PYPI_SIMPLE, TORCH_INDEX_ROOT
+from envbuild.profile import Profile
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    """Where the torch family is resolved and installed from, for one profile.
+
+    `route` and `canonical_index` are facts about the build (what lock records); `index_url`,
+    `torch_index` and `find_links` are today's way to reach it (mirrors, a wheelhouse), which
+    may differ on every machine and never reach a lockfile.
+    """
+
+    route: str  # "pypi" (PyPI's default wheel is this build) or "index"
+    index_url: str  # the PyPI (mirror) URL
+    torch_index: str | None  # where the torch family is fetched from today, when route == "index"
+    torch_index_flat: bool  # torch_index is a flat folder of wheels (find-links style)
+    find_links: tuple[str, ...]
+    canonical_index: str  # the public index this build lives on: what a lockfile records
+
+    @property
+    def extra_index(self) -> str:
+        """The index pip or uv needs beside index_url: the torch index, unless it is a flat wheelhouse."""
+        return self.torch_index or "" if self.route == "index" and not self.torch_index_flat else ""
+
+
+def _as_url(location: str) -> tuple[str, bool]:
+    """A URL for an index or wheelhouse; local folders are flat (find-links style) indexes."""
+    if location.startswith(("http://", "https://")):
+        return location.rstrip("/"), location.endswith((".html", "/links"))
+    path = location.removeprefix("file://")
+    return Path(path).resolve().as_uri(), True
+
+
+def torch_route(profile: Profile) -> tuple[str, str]:
+    """(route, canonical index) of the profile's torch build, from the compat data: "pypi" when PyPI's
+    own wheel for the release is this build on every platform of the profile."""
+    row = compat.load().release(profile.torch)
+    on_pypi = (
+        profile.accelerator == "cuda"
+        and row is not None
+        and row.pypi_cuda == profile.cuda
+        and "aarch64" not in profile.platforms
+    )
+    if on_pypi:
+        return "pypi", PYPI_SIMPLE
+    return "index", f"{TORCH_INDEX_ROOT}/{profile.build_tag}"
+
+
+def torch_source(
+    profile: Profile,
+    *,
+    index_url: str | None = None,
+    torch_index: str | None = None,
+    find_links: tuple[str, ...] = (),
+    route: tuple[str, str] | None = None,
+) -> TorchSource:
+    """Where the torch family comes from today. `route`: (route, canonical index) as a lockfile
+    recorded it; None works it out from today's compat data (what `lock` does)."""
+    kind, canonical = route or torch_route(profile)
+    index = index_url or profile.index_url or PYPI_SIMPLE
+    links = tuple(find_links) or tuple(profile.find_links)
+    explicit = torch_index or profile.torch_index
+    if kind == "pypi" and not explicit:
+        return TorchSource("pypi", index, None, False, links, canonical)
+    if explicit:
+        url, flat = _as_url(explicit)
+    elif links:
+        # An air-gapped wheelhouse stands in for the PyTorch index.
+        url, flat = _as_url(links[0])
+    else:
+        url, flat = canonical, False
+    return TorchSource("index", index, url, flat, links, canonical)
