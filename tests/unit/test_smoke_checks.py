@@ -1,0 +1,184 @@
+"""The compile, export, perf and project checks' logic, without torch (CI has none): what they
+find missing, how they word it, which datasheet row a GPU gets, how a project script is judged."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuild import buildctx, validate
+from envbuild import plan as plan_mod
+from envbuild.project import open_project
+from envbuild.smoke.inside import compiled, perf, report, usercheck
+from envbuild.smoke.inside.core import CheckFailed, Context, Result, Skip
+from tests.conftest import Result as CliResult
+
+
+def _ctx(expect: dict[str, Any] | None = None, **kw: Any) -> Context:
+    return Context(expect=expect or {}, gpus="none", timeout=60, lock_match="exact", **kw)
+
+
+def test_a_profile_that_opts_out_skips_the_compile_check_with_its_reason() -> None:
+    with pytest.raises(Skip, match=r"opts out of the compile toolchain \(compile: false\)"):
+        compiled.check_compile(_ctx({"compile": False}), Result("compile"))
+
+
+TOOLS = {
+    "cxx": "/usr/bin/g++",
+    "cc": "/usr/bin/gcc",
+    "python_headers": True,
+    "tmp_writable": True,
+    "inductor_cache": "/tmp/torchinductor_x",
+    "inductor_cache_writable": True,
+    "triton_cache": "/home/x/.triton/cache",
+    "triton_cache_writable": True,
+}
+
+
+@pytest.mark.parametrize(
+    ("missing", "gpu", "problem", "fix"),
+    [
+        ({"cxx": None}, False, "no C++ compiler (g++)", "compile: true installs g++"),
+        ({"python_headers": False}, False, "no Python headers (Python.h)", "-dev in the image"),
+        ({"tmp_writable": False}, False, "is not writable", "--tmpfs /tmp"),
+        ({"inductor_cache_writable": False}, False, "inductor cache", "TORCHINDUCTOR_CACHE_DIR"),
+        ({"triton_cache_writable": False}, True, "Triton cache", "TRITON_CACHE_DIR"),
+    ],
+)
+def test_each_missing_piece_of_the_toolchain_is_named_with_its_fix(
+    missing: dict[str, Any], gpu: bool, problem: str, fix: str
+) -> None:
+    found = compiled._toolchain_problem({**TOOLS, **missing}, gpu)
+    assert found is not None and problem in found[0] and fix in found[1]
+
+
+def test_a_complete_toolchain_is_no_problem_and_the_triton_cache_only_matters_on_gpus() -> None:
+    assert compiled._toolchain_problem(TOOLS, gpu=True) is None
+    assert compiled._toolchain_problem({**TOOLS, "triton_cache_writable": False}, gpu=False) is None
+
+
+@pytest.mark.parametrize(
+    ("error", "remedy"),
+    [
+        (RuntimeError("InvalidCxxCompiler: No working C++ compiler found"), "install g++"),
+        (RuntimeError("fatal error: Python.h: No such file or directory"), "Python headers are missing"),
+        (ModuleNotFoundError("No module named 'triton'"), "Triton is missing or does not match"),
+        (PermissionError("[Errno 13] Permission denied: '/tmp/torchinductor_1000'"), "not writable"),
+    ],
+)
+def test_compile_failures_are_diagnosed(error: BaseException, remedy: str) -> None:
+    assert remedy in compiled._diagnose(error)
+
+
+@pytest.mark.parametrize(
+    ("name", "row"),
+    [
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100-PCIE-40GB", "A100-PCIE"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA B200", "B200"),
+        ("AMD Instinct MI300X", "MI300X"),
+    ],
+)
+def test_each_gpu_gets_its_own_datasheet_row(name: str, row: str) -> None:
+    found = perf.peak_for(name)
+    assert found is not None and found["match"] == row and found["source"]
+
+
+def test_an_unknown_gpu_has_no_datasheet_row() -> None:
+    assert perf.peak_for("NVIDIA GeForce GTX 1080") is None
+
+
+def test_every_datasheet_value_names_its_source() -> None:
+    assert all(row["source"] and row["bf16"] > 0 and row["memory"] > 0 for row in perf.PEAKS)
+
+
+def _script(tmp_path: Path, text: str) -> dict[str, Any]:
+    (tmp_path / "checks").mkdir(exist_ok=True)
+    (tmp_path / "checks" / "mine.py").write_text(text)
+    (tmp_path / "expect.json").write_text("{}")
+    return {"file": "mine.py", "path": "checks/mine.py", "timeout": 30}
+
+
+def test_a_project_script_that_exits_0_passes_and_its_output_is_kept(tmp_path: Path) -> None:
+    script = _script(tmp_path, "print('loss 0.7 -> 0.1')\n")
+    r = Result("check:mine.py")
+    usercheck.run_script(_ctx(expect_path=str(tmp_path / "expect.json")), r, script)
+    assert r.facts["exit_code"] == 0 and r.facts["stdout_tail"] == ["loss 0.7 -> 0.1"]
+
+
+def test_a_failing_project_script_fails_with_its_name_and_last_words(tmp_path: Path) -> None:
+    script = _script(tmp_path, "import sys\nprint('step 1')\nsys.exit('loss is nan')\n")
+    r = Result("check:mine.py")
+    with pytest.raises(CheckFailed) as failed:
+        usercheck.run_script(_ctx(expect_path=str(tmp_path / "expect.json")), r, script)
+    assert failed.value.reason == "mine.py exited 1: loss is nan"
+    assert r.facts["stderr_tail"] == ["loss is nan"] and r.facts["stdout_tail"] == ["step 1"]
+
+
+def test_a_project_script_that_hangs_is_stopped_at_its_limit(tmp_path: Path) -> None:
+    script = {**_script(tmp_path, "import time\nprint('starting', flush=True)\ntime.sleep(60)\n"), "timeout": 1}
+    with pytest.raises(CheckFailed, match="did not finish within 1 s"):
+        usercheck.run_script(_ctx(expect_path=str(tmp_path / "expect.json")), Result("x"), script)
+
+
+def test_project_checks_run_after_the_built_in_ones(tmp_path: Path) -> None:
+    ctx = _ctx({"checks": [{"file": "a.py", "path": "checks/a.py"}, {"file": "b.py", "path": "checks/b.py"}]})
+    names = [name for name, _ in report._checks(ctx)]
+    assert names[-2:] == ["check:a.py", "check:b.py"] and names.index("compile") < names.index("check:a.py")
+
+
+def test_the_image_expectations_carry_the_compile_choice_and_the_checks(engineless_project: Path) -> None:
+    proj = open_project(str(engineless_project))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"), strict=False)
+    expect = buildctx.expectations(plan, None)
+    assert expect["compile"] is True
+    assert expect["checks"] == [{"file": "train_tiny.py", "path": "checks/train_tiny.py", "timeout": 600}]
+    files = buildctx.smoke_files(plan)
+    assert files["checks/train_tiny.py"] == (engineless_project / "checks" / "train_tiny.py").read_text()
+    assert plan.compile_packages == ("g++", "python3.11-dev")
+
+
+def test_compile_false_leaves_the_toolchain_out_of_the_dockerfile(write_profile: Callable[..., Path]) -> None:
+    from envbuild import render
+
+    with_tools = render.render(plan_mod.for_profile(validate.load_valid(write_profile())))["Dockerfile"]
+    without = render.render(plan_mod.for_profile(validate.load_valid(write_profile(compile=False))))["Dockerfile"]
+    assert "g++ python3.11-dev" in with_tools and "g++" not in without
+
+
+def test_a_check_that_is_not_there_is_a_validation_error(write_profile: Callable[..., Path]) -> None:
+    loaded = validate.check(write_profile(checks=["checks/nope.py"]))
+    assert [d.field for d in loaded.errors] == ["checks[0]"]
+    assert "'checks/nope.py' is not a file of the project" in loaded.errors[0].message
+
+
+def test_min_peak_must_be_a_percentage(cli: Callable[..., CliResult], engineless_project: Path) -> None:
+    res = cli("smoke", "cpu-py311", "--min-peak", "0")
+    assert res.code == 2 and "--min-peak 0: a percentage of the datasheet peak" in res.err
+
+
+def test_the_smoke_package_runs_without_envbuild(tmp_path: Path) -> None:
+    """It is copied into images alone: `python -m envbuild_smoke --help` works from a bare copy."""
+    import shutil
+    import subprocess
+
+    target = tmp_path / buildctx.SMOKE_PACKAGE
+    shutil.copytree(Path(report.__file__).parent, target, ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run(
+        [sys.executable, "-S", "-m", buildctx.SMOKE_PACKAGE, "--help"],  # -S: no site-packages, no envbuild
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--min-peak" in proc.stdout
