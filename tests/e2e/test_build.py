@@ -187,8 +187,18 @@ def test_tampered_hash_fails_naming_the_package_and_moves_no_tag(
     text = lock_path.read_text()
     head, numpy_block, rest = re.split(r"(?m)^(numpy==.*?)(?=^\S)", text, maxsplit=1, flags=re.S)
     numpy_block = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, numpy_block)
-    lock_path.write_text(head + numpy_block + rest)
+    tampered = head + numpy_block + rest
+    lock_path.write_text(tampered)
     before = docker_client.images.get(f"{repo_name}:cpu-py311").id
+    # a hand edit is caught before the build: the body no longer matches the resolution it records
+    res = envbuild(*local_build("cpu-py311", repo_name), cwd=proj)
+    assert res.returncode == 2 and "was edited by hand" in res.stderr, res.stderr[-3000:]
+    # one that also rewrote the record is consistent, and still wrong: pip's hash check in the image stops it
+    record = lockfile.read_record(tampered)
+    resolution = lockfile.resolution_id(lockfile.parse_requirements(tampered), record.format)
+    lock_path.write_text(tampered.replace(record.resolution, resolution))
+    pylock = lock_path.with_name("pylock.toml")
+    pylock.write_text(pylock.read_text().replace(record.resolution, resolution))
     res = envbuild(*local_build("cpu-py311", repo_name), cwd=proj)
     assert res.returncode == 7, res.stderr[-3000:]
     assert "hash mismatch for numpy==2.1.3" in res.stderr

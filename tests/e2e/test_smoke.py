@@ -117,7 +117,7 @@ def test_gpu_request_on_a_host_without_gpus(docker_client: Any, built_cpu: dict[
     )
     out = e2e_project / "gpu-refused.json"
     try:
-        res = envbuild("smoke", image.id, "--gpus", "all", "--json", str(out), cwd=e2e_project)
+        res = envbuild("smoke", image.id, "--gpus", "all", "--json", str(out), cwd=e2e_project, env={"COLUMNS": "200"})
         leftovers = _smoke_containers(docker_client, image.id)
     finally:
         docker_client.images.remove(image.id, force=True, noprune=True)
