@@ -312,7 +312,7 @@ def bench_cli(runs: int) -> str:
     runs = max(runs, 15)  # a few hundred ms each, on a noisy 2-core machine: medians need more runs
     exe = str(Path(PY).parent / "envbuild")
     with_config = project_copy([p.stem for p in (REPO / "profiles").glob("[!_]*.yaml")])
-    (with_config / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000"\n')
+    (with_config / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000/envs"\n')
     cases: list[tuple[str, list[str], Path]] = [
         ("envbuild --help", [exe, "--help"], REPO),
         ("envbuild list", [exe, "list"], REPO),

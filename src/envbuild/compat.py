@@ -35,6 +35,10 @@ class TorchRelease(_Strict):
     notes: str = ""
     # Exact pairings that break the "same patch number" rule, keyed by torch release.
     pairs: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Pythons upstream builds wheels for but calls experimental: a warning, not an error.
+    python_preview: list[str] = Field(default_factory=list)
+    # CUDA builds the sources disagree about: {cuda: what each source says}. A warning, not an error.
+    cuda_disputed: dict[str, str] = Field(default_factory=dict)
 
     def python_ok(self, python: str) -> bool:
         lo, hi = (_v(x) for x in self.python)
@@ -91,6 +95,14 @@ class Bases(_Strict):
     devel: DevelBase
 
 
+class PlatformBuilds(_Strict):
+    """The torch build of PyPI's default wheel per platform, where it is not the x86_64 one."""
+
+    aarch64: Literal["cpu", "cuda"]
+    source: str
+    confidence: Literal["verified", "unverified"]
+
+
 class CompatData(_Strict):
     schema_version: int
     collected: str
@@ -101,6 +113,7 @@ class CompatData(_Strict):
     drivers: list[DriverFloor]
     arches: list[ArchRow]
     bases: Bases
+    pypi_platform_builds: PlatformBuilds
 
     # ---- questions -------------------------------------------------------------------------
 
@@ -142,6 +155,29 @@ class CompatData(_Strict):
 
     def newest(self) -> TorchRelease:
         return max(self.torch, key=lambda r: _v(r.release))
+
+
+def provenance(db: CompatData, rows: list[TorchRelease]) -> list[dict[str, str]]:
+    """Each value of these releases with the source it was read from and its confidence
+    (`envbuild compat --sources`), the GPU architecture rows of their CUDA builds included."""
+    out: list[dict[str, str]] = []
+    for row in rows:
+        for field_name, source in sorted(row.sources.items()):
+            out.append({"torch": row.release, "field": field_name, "source": source, "confidence": row.confidence})
+        for cuda in row.cuda_builds:
+            arch = db.arches_for(cuda, row.release + ".0")
+            if arch is not None:
+                out.append(
+                    {
+                        "torch": row.release,
+                        "field": f"arches cu{cuda.replace('.', '')}",
+                        "source": arch.source,
+                        "confidence": arch.confidence,
+                    }
+                )
+        for cuda, why in sorted(row.cuda_disputed.items()):
+            out.append({"torch": row.release, "field": f"cuda {cuda} (disputed)", "source": why, "confidence": "low"})
+    return out
 
 
 def _v(text: str) -> Version:

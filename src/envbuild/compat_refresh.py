@@ -121,3 +121,96 @@ def refresh(
         day = today or date.today().isoformat()
         data["sources"]["PYPI"] = re.sub(r"read \d{4}-\d\d-\d\d", f"read {day}", data["sources"]["PYPI"])
     return changes
+
+
+# ---- the PyTorch wheel index and test-infra's build matrix --------------------------------------
+# Read where reachable (download.pytorch.org and GitHub are not, from envbuild's own CI machines):
+# `scripts/refresh_compat.py --check --index-root URL --test-infra FILE` reports each disagreement.
+
+_WHEEL = re.compile(
+    r"torch-(?P<version>\d+\.\d+\.\d+)(?:%2B|\+)(?P<build>[a-z0-9.]+)-cp3(?P<py>\d+)t?-[^\"'<>\s]*linux_x86_64\.whl"
+)
+
+
+def index_listing(html: str) -> dict[str, dict[str, set[str]]]:
+    """A PyTorch index page (.../whl/<build>/torch/): {minor release: {build tag: {pythons}}}.
+    Only Linux x86_64 CPython wheels count; pre-releases are left out."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for m in _WHEEL.finditer(html):
+        major, minor, _ = m.group("version").split(".")
+        found.setdefault(f"{major}.{minor}", {}).setdefault(m.group("build"), set()).add(f"3.{m.group('py')}")
+    return found
+
+
+def _literals(source: str) -> dict[str, Any]:
+    import ast
+
+    out: dict[str, Any] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue  # not a literal: computed at run time, nothing to read here
+    return out
+
+
+def _release_list(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        value = value.get("release", [])
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def build_matrix(source: str) -> dict[str, list[str]]:
+    """pytorch/test-infra's generate_binary_build_matrix.py at a release's commit: its CUDA, ROCm and
+    Python lists for the release channel (the names moved over the years; each is tried)."""
+    lit = _literals(source)
+    cuda: Any = next((lit[k] for k in ("CUDA_ARCHES_DICT", "CUDA_ACRHES_DICT", "CUDA_ARCHES") if k in lit), [])
+    rocm: Any = next((lit[k] for k in ("ROCM_ARCHES_DICT", "ROCM_ARCHES") if k in lit), [])
+    python: Any = next((lit[k] for k in ("PYTHON_ARCHES_DICT", "FULL_PYTHON_VERSIONS") if k in lit), [])
+    return {"cuda": _release_list(cuda), "rocm": _release_list(rocm), "python": _release_list(python)}
+
+
+def _python_span(row: dict[str, Any]) -> list[str]:
+    lo, hi = (Version(x) for x in row["python"])
+    return [f"3.{m}" for m in range(lo.minor, hi.minor + 1)]
+
+
+def disagreements(
+    data: dict[str, Any],
+    *,
+    index: dict[str, dict[str, dict[str, set[str]]]] | None = None,
+    matrices: dict[str, dict[str, list[str]]] | None = None,
+) -> list[tuple[str, str, str, str]]:
+    """(field, ours, theirs, source) for each value the external tables say otherwise.
+
+    `index`: {build tag: index_listing(page)} per PyTorch index page read; `matrices`: {minor release:
+    build_matrix(file at that release's commit)}."""
+    out: list[tuple[str, str, str, str]] = []
+    rows = {r["release"]: r for r in data["torch"]}
+    for build, listing in sorted((index or {}).items()):
+        for minor, row in sorted(rows.items()):
+            builds = {f"cu{c.replace('.', '')}" for c in row["cuda_builds"]} | {f"rocm{r}" for r in row["rocm_builds"]}
+            ours = build in builds or build == "cpu"
+            theirs = build in listing.get(minor, {})
+            if build != "cpu" and ours != theirs:
+                out.append(
+                    (f"{minor} builds: {build}", "yes" if ours else "no", "yes" if theirs else "no", f"index {build}")
+                )
+            pythons = sorted(listing.get(minor, {}).get(build, set()), key=lambda p: int(p.split(".")[1]))
+            extra = [p for p in pythons if p not in _python_span(row) and p not in row.get("python_preview", [])]
+            if extra:
+                out.append((f"{minor} python", "-".join(row["python"]), ", ".join(pythons), f"index {build}"))
+    for minor, matrix in sorted((matrices or {}).items()):
+        row = rows.get(minor)
+        if row is None:
+            continue
+        for field, listed in (("cuda_builds", matrix["cuda"]), ("rocm_builds", matrix["rocm"])):
+            if listed and sorted(listed) != sorted(row[field]):
+                out.append(
+                    (f"{minor} {field}", ", ".join(row[field]), ", ".join(listed), f"test-infra release/{minor}")
+                )
+        span = _python_span(row) + list(row.get("python_preview", []))
+        if matrix["python"] and sorted(matrix["python"]) != sorted(set(span)):
+            out.append((f"{minor} python", ", ".join(span), ", ".join(matrix["python"]), f"test-infra release/{minor}"))
+    return out

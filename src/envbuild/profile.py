@@ -31,7 +31,7 @@ from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 CUDA_RE = re.compile(r"^\d{2}\.\d$")
-ROCM_RE = re.compile(r"^\d\.\d(\.\d)?$")
+ROCM_RE = re.compile(r"^\d\.\d{1,2}(\.\d{1,2})?$")  # 7.14 is real (test-infra release/2.14)
 APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,127}(=[A-Za-z0-9.+:~-]{1,64})?$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Pinned by dedicated fields; a second pin in `packages` would fight them.

@@ -44,14 +44,18 @@ def _as_url(location: str) -> tuple[str, bool]:
 def torch_route(profile: Profile) -> tuple[str, str]:
     """(route, canonical index) of the profile's torch build, from the compat data: "pypi" when PyPI's
     own wheel for the release is this build on every platform of the profile."""
-    row = compat.load().release(profile.torch)
+    db = compat.load()
+    row = db.release(profile.torch)
     on_pypi = (
         profile.accelerator == "cuda"
         and row is not None
         and row.pypi_cuda == profile.cuda
         and "aarch64" not in profile.platforms
     )
-    if on_pypi:
+    # PyPI's aarch64 wheels are CPU builds: a CPU profile for aarch64 alone locks from PyPI. With
+    # x86_64 as well it needs the CPU index, which serves both (PyPI's x86_64 wheel is CUDA).
+    cpu_on_pypi = profile.accelerator == "cpu" and set(profile.platforms) == {"aarch64"}
+    if on_pypi or (cpu_on_pypi and db.pypi_platform_builds.aarch64 == "cpu"):
         return "pypi", PYPI_SIMPLE
     return "index", f"{TORCH_INDEX_ROOT}/{profile.build_tag}"
 

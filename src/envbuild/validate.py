@@ -139,6 +139,10 @@ def _rule_python(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, ro
     if not py or not profile.PYTHON_RE.fullmatch(py) or row.python_ok(py):
         return
     lo, hi = row.python
+    if py in row.python_preview:
+        msg = f"Python {py} is a preview for torch {row.release}: upstream builds wheels but calls them experimental"
+        ld.add("warning", "python", msg, f'use python "{hi}" for a supported build', py)
+        return
     if py in row.python_pypi_extra:
         msg = f"torch {row.release} supports Python {lo}-{hi}; PyPI has a {py} wheel outside that"
         ld.add("warning", "python", msg, f'use python "{hi}"', py)
@@ -156,7 +160,16 @@ def _rule_build(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row
         cuda = _str(data, "cuda", bad)
         if not cuda or not profile.CUDA_RE.fullmatch(cuda):
             return
-        if cuda not in row.cuda_builds:
+        if cuda in row.cuda_disputed and cuda not in row.cuda_builds:
+            msg = f"torch {torch} with CUDA {cuda}: the sources disagree ({row.cuda_disputed[cuda]})"
+            ld.add(
+                "warning",
+                "cuda",
+                msg,
+                f'lock it where the PyTorch index is reachable to settle it, or use cuda "{row.pypi_cuda}"',
+                cuda,
+            )
+        elif cuda not in row.cuda_builds:
             alt = _range_hint(db.releases_with_cuda(cuda), torch)
             has = ", ".join(row.cuda_builds)
             fix = f'use cuda "{_closest(row.cuda_builds, cuda)}"' + (f" or {alt}" if alt else "")
@@ -212,10 +225,16 @@ def _rule_companions(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str
         if value is None or value == "auto" or not profile.RELEASE_RE.fullmatch(value):
             continue
         v = _ver(value)
+        exact = exact_for(row, torch)
+        wanted = exact.replace(".*", ".0")
         if f"{v.major}.{v.minor}" != minor:
-            wanted = exact_for(row, torch).replace(".*", ".0")
             msg = f"{lib} {value} does not match torch {torch} (it pairs with {lib} {minor}.x)"
             ld.add("error", lib, msg, f'use {lib}: "{wanted}" or "auto"', value)
+        elif not exact.endswith(".*") and value != exact:
+            # each release pins torch exactly (torchvision 0.15.2 requires torch==2.0.1): any other
+            # patch cannot resolve, and some (0.15.0) were never published at all
+            msg = f"{lib} {value} does not pair with torch {torch}: that is {lib} {exact}"
+            ld.add("error", lib, msg, f'use {lib}: "{exact}" or "auto"', value)
 
 
 def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> None:

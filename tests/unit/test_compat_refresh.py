@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from envbuild.compat_refresh import cuda_of, linux_libs, python_tags, refresh
+from envbuild.compat_refresh import (
+    build_matrix,
+    cuda_of,
+    disagreements,
+    index_listing,
+    linux_libs,
+    python_tags,
+    refresh,
+)
 
 from ..conftest import REPO
 
@@ -110,3 +120,45 @@ def test_the_weekly_drift_workflow_runs_the_refresher_check() -> None:
     runs = [step["run"] for step in workflow["jobs"]["drift"]["steps"] if "run" in step]
     assert "python scripts/refresh_compat.py --check" in runs
     assert "--check" in (REPO / "scripts" / "refresh_compat.py").read_text()
+
+
+DATA = Path(__file__).parent / "data" / "compat"
+
+
+def _compat() -> dict[str, Any]:
+    return dict(json.loads((REPO / "src" / "envbuild" / "data" / "compat.json").read_text()))
+
+
+def test_a_pytorch_index_page_is_read_into_releases_builds_and_pythons() -> None:
+    listing = index_listing((DATA / "whl-cu121-torch.html").read_text())
+    assert listing["2.1"] == {"cu121": {"3.10", "3.11"}}  # the Windows wheel does not count
+    assert listing["2.3"] == {"cu121": {"3.11", "3.12"}}
+    assert set(listing) == {"2.1", "2.3", "2.5", "2.6"}
+
+
+def test_the_index_reports_a_build_the_data_lacks_and_one_it_claims_wrongly() -> None:
+    listing = index_listing((DATA / "whl-cu121-torch.html").read_text())
+    table = disagreements(_compat(), index={"cu121": listing})
+    # the page has 2.6.0+cu121, which the data does not list for 2.6
+    assert ("2.6 builds: cu121", "no", "yes", "index cu121") in table
+    # the data says 2.2 has cu121, and this (abridged) page has none: reported, for a person to judge
+    assert ("2.2 builds: cu121", "yes", "no", "index cu121") in table
+    assert not any(row[0] == "2.3 builds: cu121" for row in table)
+
+
+def test_test_infra_constants_are_read_under_their_old_and_new_names() -> None:
+    old = build_matrix((DATA / "test-infra-release-1.13.txt").read_text())
+    assert old == {"cuda": ["11.6", "11.7"], "rocm": ["5.1.1", "5.2"], "python": ["3.7", "3.8", "3.9", "3.10"]}
+    new = build_matrix((DATA / "test-infra-release-2.14.txt").read_text())
+    assert new["rocm"] == ["7.2", "7.14"] and new["cuda"] == ["12.6", "13.0", "13.2"]
+
+
+def test_the_data_agrees_with_test_infra_for_2_14_and_a_change_is_reported() -> None:
+    matrix = build_matrix((DATA / "test-infra-release-2.14.txt").read_text())
+    data = _compat()
+    assert disagreements(data, matrices={"2.14": matrix}) == []
+    row = next(r for r in data["torch"] if r["release"] == "2.14")
+    row["rocm_builds"] = ["7.2"]  # what the data said before issue 23
+    assert disagreements(data, matrices={"2.14": matrix}) == [
+        ("2.14 rocm_builds", "7.2", "7.2, 7.14", "test-infra release/2.14")
+    ]

@@ -261,6 +261,9 @@ def render(
 @app.command("compat")
 def compat_(
     spec: Annotated[str | None, typer.Argument(help='e.g. "torch==2.3.1"')] = None,
+    sources: Annotated[
+        bool, typer.Option("--sources", help="Where each value came from, and how sure envbuild is of it.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the PyTorch compatibility table, or what one torch release allows."""
@@ -281,6 +284,20 @@ def compat_(
                 hint="`envbuild compat` lists the releases envbuild knows; a newer torch needs a newer envbuild",
             )
         rows = [row]
+    if sources:
+        table = compat.provenance(db, rows)
+        if as_json:
+            output.emit_json({"sources": db.sources, "values": table})
+            return
+        output.out().print(
+            output.table(
+                "Where each value came from",
+                ["torch", "field", "source", "confidence"],
+                [[t["torch"], t["field"], t["source"], t["confidence"]] for t in table],
+                caption="\n".join(f"{k}: {v}" for k, v in sorted(db.sources.items())),
+            )
+        )
+        return
     if as_json:
         payload: dict[str, Any] = {
             "schema_version": db.schema_version,
