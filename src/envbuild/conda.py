@@ -25,7 +25,7 @@ from envbuild.fsutil import atomic_write_many
 from envbuild.lockopts import LockOptions, LockOutcome
 from envbuild.names import CONDA_SUBDIRS, PLATFORM_TAGS
 from envbuild.plan import Plan
-from envbuild.proc import run
+from envbuild.proc import check_cancelled, run
 from envbuild.profile import Profile
 from envbuild.project import Project
 
@@ -316,6 +316,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
     head = record.header(f"envbuild lock {prof.name} --upgrade")
     path = lock_dir(project, prof.name) / "conda-lock.yml"
     before = _previous_pins(path)
+    check_cancelled()  # an interrupt during the solve: write nothing
     written = [] if opts.dry_run else atomic_write_many({path: head + yaml.safe_dump(doc, sort_keys=False, width=200)})
     return LockOutcome(
         prof.name,

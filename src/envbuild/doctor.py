@@ -127,6 +127,8 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
 
 def _verdict(prof: Profile, report: HostReport) -> tuple[bool, str]:
     """Whether one profile's image can run on this host, judged as its smoke test would judge it."""
+    if not report.engine.get("reachable", True):
+        return False, "unknown: the Docker engine did not answer (see engine above)"
     if prof.accelerator == "rocm":
         if not report.rocm_devices:
             return False, "no ROCm device (/dev/kfd) on this host"

@@ -61,15 +61,32 @@ def unreachable_cause(origin: str, message: str) -> tuple[str, str]:
     return message.splitlines()[0][:300] if message else "no answer", f"{_START} or {_ELSEWHERE}"
 
 
+PING_TIMEOUT_ENV = "ENVBUILD_ENGINE_TIMEOUT"
+
+
+def ping_timeout() -> float:
+    """How long the first question to the engine may take: an engine that accepts connections and
+    never answers is reported after this many seconds (ENVBUILD_ENGINE_TIMEOUT, default 15), not
+    after the client's 10-minute timeout for builds and pushes."""
+    try:
+        return float(os.environ.get(PING_TIMEOUT_ENV, "") or 15)
+    except ValueError:
+        return 15.0
+
+
 def client(timeout: int = 600) -> Any:
-    """A connected docker-py client, or EngineUnavailable saying where it looked."""
+    """A connected docker-py client, or EngineUnavailable saying where it looked. `timeout` is for
+    the calls that follow (a build step, a push); the first answer must come within ping_timeout()."""
     import docker
     import requests
 
     url, origin = engine_url()
     try:
-        cli = docker.DockerClient(base_url=url, timeout=timeout, use_ssh_client=url.startswith("ssh://"))
+        # the constructor already asks the engine (its API version): the short limit applies from there
+        first = min(float(timeout), ping_timeout())
+        cli = docker.DockerClient(base_url=url, timeout=first, use_ssh_client=url.startswith("ssh://"))
         cli.ping()
+        cli.api.timeout = timeout
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         cause, fix = unreachable_cause(origin, str(exc))
         raise EngineUnavailable(f"cannot reach the Docker engine at {url} (from {origin}): {cause}", hint=fix) from exc

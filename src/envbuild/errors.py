@@ -179,6 +179,10 @@ class WriteFailed(EnvbuildError):
     """A file envbuild writes could not be written (a read-only or missing folder, a full disk)."""
 
 
+class Interrupted(EnvbuildError):
+    """Ctrl-C or SIGTERM stopped the work; what was in progress was stopped, not finished."""
+
+
 # The single mapping from error type to exit code. Order matters: subclasses first.
 _EXIT_CODES: tuple[tuple[type[EnvbuildError], int], ...] = (
     (LockCheckFailed, 1),
@@ -198,6 +202,7 @@ _EXIT_CODES: tuple[tuple[type[EnvbuildError], int], ...] = (
     (VerifyError, 9),
     (PublishError, 10),
     (WriteFailed, 11),
+    (Interrupted, 130),
     (CompatDataError, 70),
 )
 

@@ -21,9 +21,13 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
     staged: list[tuple[Path, Path]] = []
     path = Path()
     try:
-        for path, text in files.items():
+        for given, text in files.items():
+            # a link (a lockfile shared between checkouts, say) is written through, never replaced
+            path = given.resolve() if given.is_symlink() else given
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            # registered before a byte is written: a full disk mid-write must not leave it behind
+            staged.append((Path(tmp_name), path))
             # mkstemp makes 0600 files; lockfiles and build context files must be world-readable
             # (a non-root user in the image reads what COPY put there).
             os.fchmod(fd, 0o644)
@@ -31,7 +35,6 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
-            staged.append((Path(tmp_name), path))
         for tmp, path in staged:
             os.replace(tmp, path)
     except OSError as exc:
@@ -41,6 +44,18 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
     return [path for _, path in staged]
+
+
+def file_error(exc: OSError) -> WriteFailed:
+    """A failed read or write anywhere below the CLI, as the error users get for it: exit 11,
+    naming the path and what to do, instead of an internal error."""
+    path = Path(str(exc.filename))
+    if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
+        return WriteFailed(
+            f"cannot read or write {path}: {exc.strerror}",
+            hint=f"{path} (or its folder) is not accessible for this user: fix its permissions or ownership",
+        )
+    return _failed(exc, path)
 
 
 def check_writable(path: Path) -> None:

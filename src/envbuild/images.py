@@ -157,7 +157,7 @@ def survey(
     project: Project, names: list[str] | None = None, expected: dict[str, Profile | ProfileError] | None = None
 ) -> tuple[Any, Survey]:
     """The project's envbuild images, newest first, each classified."""
-    cli = engine.client()
+    cli = engine.client(timeout=60)  # listing and inspecting: an engine that stalls must not hang `status`
     source = buildctx.project_source(project)
     expected = load_all(project, names) if expected is None else expected
     # The local lockfile's hash, once per profile rather than once per image.

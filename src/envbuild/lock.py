@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from envbuild import conda, freshness, lockfile, validate, venvlock
+from envbuild import conda, freshness, lockfile, proc, validate, venvlock
 from envbuild import plan as plan_mod
 from envbuild.errors import EnvbuildError, StaleLock, UsageError
 from envbuild.lockopts import LockOptions, LockOutcome
@@ -86,6 +86,16 @@ def lock_many(
     jobs: int = 4,
     events: LockEvents | None = None,
 ) -> list[LockOutcome]:
-    """Lock several profiles, a bounded number at a time; results in the order asked."""
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    """Lock several profiles, a bounded number at a time; results in the order asked.
+
+    An interrupt (Ctrl-C, SIGTERM) stops the resolvers the workers run and every lock not started;
+    none of them writes anything (`proc.check_cancelled` before each write)."""
+    proc.reset()
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         return list(pool.map(lambda n: lock_one(project, n, opts, events), names))
+    except BaseException:
+        proc.cancel_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -8,15 +8,45 @@ what the output means.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from envbuild.errors import EnvbuildError
+from envbuild.errors import EnvbuildError, Interrupted
 
 E = TypeVar("E", bound=EnvbuildError)
+
+# Programs started by worker threads (a `lock -j 4` runs four uv at once): an interrupt in the main
+# thread stops them here, so no worker goes on to write what its program found.
+_running: set[subprocess.Popen[str]] = set()
+_guard = threading.Lock()
+_cancelled = threading.Event()
+
+
+def cancel_all() -> None:
+    """Stop every program `run` started and make the next `run` (and `check_cancelled`) refuse."""
+    _cancelled.set()
+    with _guard:
+        procs = list(_running)
+    for child in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)  # its own session: uv's helpers go with it
+
+
+def reset() -> None:
+    """A new piece of work may start programs again (after a cancelled one, in the same process)."""
+    _cancelled.clear()
+
+
+def check_cancelled() -> None:
+    """Interrupted, when an interrupt arrived: a worker calls it before it writes anything."""
+    if _cancelled.is_set():
+        raise Interrupted("interrupted: nothing was written")
 
 
 def run(
@@ -37,16 +67,17 @@ def run(
     name). The returned process may have failed: callers check `returncode`.
     """
     shown = what or Path(argv[0]).name
+    check_cancelled()
     try:
-        return subprocess.run(
+        child = subprocess.Popen(
             list(argv),
             cwd=cwd,
-            input=stdin,
-            capture_output=True,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             env=dict(env) if env is not None else None,
-            check=False,
-            timeout=timeout,
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         raise error(
@@ -55,13 +86,26 @@ def run(
         ) from exc
     except PermissionError as exc:
         raise error(f"{shown} ({argv[0]}) cannot be run: {exc.strerror}", hint="check its file permissions") from exc
+    except OSError as exc:
+        raise error(f"{shown} could not be started: {exc}") from exc
+    with _guard:
+        _running.add(child)
+    try:
+        out, err = child.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise error(
             f"{shown} did not finish within {timeout:.0f} s and was stopped",
             hint=timeout_hint or "try again; if it keeps stalling, check the network path to the indexes",
         ) from exc
-    except OSError as exc:
-        raise error(f"{shown} could not be started: {exc}") from exc
+    finally:
+        with _guard:
+            _running.discard(child)
+        if child.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    check_cancelled()  # stopped by an interrupt: its output is not an answer
+    return subprocess.CompletedProcess(list(argv), child.returncode, out, err)
 
 
 def run_ok(argv: Sequence[str], *, timeout: float, cwd: Path | None = None) -> str | None:

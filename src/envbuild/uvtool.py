@@ -40,7 +40,10 @@ DEFAULT_TIMEOUT_S = 1800.0
 
 
 def binary() -> str:
-    """The uv that came with envbuild (the `uv` package), else one on PATH."""
+    """ENVBUILD_UV when set (a uv of the user's choosing), else the uv that came with envbuild (the
+    `uv` package), else one on PATH."""
+    if os.environ.get("ENVBUILD_UV"):
+        return os.environ["ENVBUILD_UV"]
     candidate = Path(sysconfig.get_path("scripts")) / "uv"
     if candidate.is_file():
         return str(candidate)

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from envbuild import lockfile, lockverify, render, uvtool
+from envbuild import lockfile, lockverify, proc, render, uvtool
 from envbuild.errors import LockError
 from envbuild.freshness import lock_dir
 from envbuild.fsutil import atomic_write_many
@@ -163,6 +163,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
             files[directory / secondary] = head + redact(canonical_sources(pylock_text, src))
             files[directory / primary] = head + redact(canonical_sources(req_text, src))
             count = max(count, len(pins))
+    proc.check_cancelled()  # an interrupt during the last resolve: write nothing
     written = [] if opts.dry_run else atomic_write_many(files)
     return LockOutcome(
         plan.name,

@@ -37,19 +37,18 @@ def _command() -> Any:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code; the one place errors become numbers."""
-    from envbuild.errors import exit_code_for
-
     command = _command()
     output.reset_json()
     try:
         result = command.main(args=argv, prog_name="envbuild", standalone_mode=False)
     except EnvbuildError as exc:
-        code = exit_code_for(exc)
-        if output.json_pending():
-            output.emit_json({"error": {**exc.as_dict(), "exit_code": code}})
-        sys.stdout.flush()  # keep the report above the error line when both go to one terminal
-        output.err().print(f"error: {exc}")
-        return code
+        return _report(exc)
+    except OSError as exc:
+        if exc.filename is None:
+            return _internal(exc)
+        from envbuild.fsutil import file_error
+
+        return _report(file_error(exc))
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
@@ -62,14 +61,29 @@ def run(argv: list[str] | None = None) -> int:
             # typer's (vendored click's) usage errors; envbuild must not need click installed
             show()
             return usage_code
-        import os
-        import traceback
-
-        sys.stdout.flush()
-        output.err().print(f"internal error: {type(exc).__name__}: {exc}")
-        if os.environ.get("ENVBUILD_DEBUG"):
-            output.err().print(traceback.format_exc())
-        else:
-            output.err().print("  this is a bug in envbuild; rerun with ENVBUILD_DEBUG=1 for details and report it")
-        return 70
+        return _internal(exc)
     return result if isinstance(result, int) else 0
+
+
+def _report(exc: EnvbuildError) -> int:
+    from envbuild.errors import exit_code_for
+
+    code = exit_code_for(exc)
+    if output.json_pending():
+        output.emit_json({"error": {**exc.as_dict(), "exit_code": code}})
+    sys.stdout.flush()  # keep the report above the error line when both go to one terminal
+    output.err().print(f"error: {exc}")
+    return code
+
+
+def _internal(exc: BaseException) -> int:
+    import os
+    import traceback
+
+    sys.stdout.flush()
+    output.err().print(f"internal error: {type(exc).__name__}: {exc}")
+    if os.environ.get("ENVBUILD_DEBUG"):
+        output.err().print(traceback.format_exc())
+    else:
+        output.err().print("  this is a bug in envbuild; rerun with ENVBUILD_DEBUG=1 for details and report it")
+    return 70

@@ -1,0 +1,182 @@
+"""Interrupts, file-system faults and a silent engine: every promise of the README's exit-code table
+holds at these edges (issue 25)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Result
+
+
+def _envbuild(project: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "envbuild", *args],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+
+
+@pytest.fixture
+def stalling_uv(tmp_path: Path) -> Path:
+    """A uv that starts, says so, and never answers: an index that stopped responding."""
+    marker = tmp_path / "uv-started"
+    script = tmp_path / "uv"
+    script.write_text(f"#!/bin/sh\necho $$ >> {marker}\nexec sleep 120\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_interrupted_lock_stops_its_resolvers_and_writes_nothing(
+    engineless_project: Path, stalling_uv: Path, sig: int, code: int
+) -> None:
+    """It used to print "locked 12 packages", write the lockfiles, then exit 143: the resolution ran in a
+    worker thread the pool waited for."""
+    before = sorted(p.relative_to(engineless_project) for p in (engineless_project / "lockfiles").rglob("*"))
+    run = _envbuild(engineless_project, "lock", "cpu-py312", "cu118-py310", env={"ENVBUILD_UV": str(stalling_uv)})
+    marker = stalling_uv.with_name("uv-started")
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the lock never started its resolver"
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=20)
+    assert run.returncode == code, err
+    assert "locked" not in out + err
+    after = sorted(p.relative_to(engineless_project) for p in (engineless_project / "lockfiles").rglob("*"))
+    assert after == before
+    for pid in marker.read_text().split():  # the stalled resolvers were stopped, not left running
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid), 0)
+
+
+def test_an_unreadable_envbuild_toml_is_exit_11_naming_it(
+    cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every command failed with "internal error" (exit 70). Root reads any file, so the fault is injected."""
+    config = engineless_project / "envbuild.toml"
+    config.write_text("[envbuild]\n")
+    real = Path.read_text
+
+    def unreadable(self: Path, *args: object, **kwargs: object) -> str:
+        if self.name == "envbuild.toml":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", unreadable)
+    res = cli("list", "--json")
+    assert res.code == 11, res.err
+    assert f"cannot read or write {config}: Permission denied" in res.err
+    assert json.loads(res.out)["error"]["exit_code"] == 11
+
+
+def test_a_read_only_build_folder_is_exit_11_with_the_json_envelope(
+    cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`build --context-only` with a .envbuild/ it cannot write was an internal error (exit 70)."""
+    work = engineless_project / ".envbuild"
+    work.write_text("a file where the build folder should be\n")
+    res = cli("build", "cpu-py311", "--context-only", "--json")
+    assert res.code == 11, res.err
+    error = json.loads(res.out)["error"]
+    assert error["exit_code"] == 11 and ".envbuild" in error["message"]
+
+
+def test_a_full_disk_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from envbuild import fsutil
+    from envbuild.errors import WriteFailed
+
+    real_fdopen = os.fdopen
+
+    def full(fd: int, *args: object, **kwargs: object) -> object:
+        handle = real_fdopen(fd, *args, **kwargs)  # type: ignore[call-overload]
+
+        def write(_: str) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        handle.write = write
+        return handle
+
+    monkeypatch.setattr(os, "fdopen", full)
+    with pytest.raises(WriteFailed, match="No space left on device"):
+        fsutil.atomic_write_many({tmp_path / "requirements.lock": "x" * 100})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_symlinked_lockfile_is_written_through(tmp_path: Path) -> None:
+    from envbuild import fsutil
+
+    shared = tmp_path / "shared.lock"
+    shared.write_text("old\n")
+    link = tmp_path / "requirements.lock"
+    link.symlink_to(shared)
+    fsutil.atomic_write_many({link: "new\n"})
+    assert link.is_symlink() and shared.read_text() == "new\n"
+
+
+@pytest.fixture
+def silent_engine(tmp_path: Path) -> Iterator[str]:
+    """A socket that accepts connections and never answers: a hung dockerd."""
+    path = tmp_path / "docker.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                held.append(conn)
+            except OSError:
+                continue
+
+    worker = threading.Thread(target=accept, daemon=True)
+    worker.start()
+    yield f"unix://{path}"
+    stop.set()
+    worker.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_status_answers_soon_and_never_says_ready_when_the_engine_hangs(
+    engineless_project: Path, silent_engine: str
+) -> None:
+    """`status` took exactly 600 s (the client's timeout), then said next "ready" with exit 0."""
+    t0 = time.monotonic()
+    run = _envbuild(
+        engineless_project,
+        "status",
+        "cpu-py311",
+        "--json",
+        env={"DOCKER_HOST": silent_engine, "ENVBUILD_ENGINE_TIMEOUT": "2"},
+    )
+    out, err = run.communicate(timeout=60)
+    elapsed = time.monotonic() - t0
+    assert run.returncode == 0, err
+    report = json.loads(out)
+    row = report["profiles"][0]
+    assert (row["image"], row["next"]) == ("unknown", "envbuild doctor")
+    assert "no answer in time" in report["note"]
+    assert elapsed < 30
