@@ -27,6 +27,7 @@ from envbuild.errors import BuildError, SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.localimage import repository
 from envbuild.names import (
+    LABEL_CONTENT_DIGEST,
     LABEL_SMOKE,
     LABEL_SMOKE_GPU,
     LABEL_SMOKE_REPORT_VERSION,
@@ -336,7 +337,7 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
             )
         final_id = mark_smoke_passed(cli, built, report)
     repo = repository(project, opts.repo)
-    moving, immutable = moving_tag(repo, prof.name), immutable_tag(repo, prof.name, ctx.lock.sha256)
+    moving, immutable = moving_tag(repo, prof.name), immutable_tag(repo, prof.name, ctx.labels[LABEL_CONTENT_DIGEST])
     # Only a smoke-tested image may carry the profile's tags; an untested one gets its own name.
     refs = [immutable, moving] if opts.smoke else [moving + UNTESTED]
     image = cli.images.get(final_id)

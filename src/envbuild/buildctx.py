@@ -23,6 +23,7 @@ from envbuild.fsutil import atomic_write_many, sha256_file
 from envbuild.lockfile import Pin
 from envbuild.names import (
     LABEL_ACCELERATOR,
+    LABEL_CONTENT_DIGEST,
     LABEL_CUDA,
     LABEL_FLAVOR,
     LABEL_IMAGE_DIGEST,
@@ -36,12 +37,12 @@ from envbuild.names import (
     LABEL_VERSION,
     Events,
     canonical,
+    content_digest,
     lock_names,
     quiet,
 )
 from envbuild.plan import Plan, PlanOptions
-from envbuild.project import Project
-from envbuild.refs import without_credentials
+from envbuild.project import Project, source_label
 from envbuild.torchsource import TorchSource
 
 SMOKE_DIR = "smoke"  # in the context; the image's /opt/envbuild
@@ -184,7 +185,7 @@ def _read_ca(path: Path) -> str:
     try:
         text = path.read_text("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--ca-bundle {path}: cannot read it ({exc})") from exc
+        raise UsageError(f"--ca-bundle {path}: cannot read it ({exc})", hint="check --ca-bundle or ca_bundle") from exc
     if "-----BEGIN CERTIFICATE-----" not in text:
         raise UsageError(
             f"--ca-bundle {path}: not a PEM certificate bundle", hint="pass a file with BEGIN CERTIFICATE blocks"
@@ -206,23 +207,15 @@ def git_revision(project: Project) -> str:
     return (proc.run_ok(["git", "rev-parse", "HEAD"], cwd=project.root, timeout=10) or "").strip() or "unknown"
 
 
-def project_source(project: Project) -> str:
-    """The image source label: the git remote, else the folder. `envbuild images` tells projects apart by it.
-
-    Without credentials: CI clones over URLs with a job token in them (GitLab's
-    https://gitlab-ci-token:TOKEN@host/...), and a label travels with every pushed image."""
-    remote = (proc.run_ok(["git", "config", "--get", "remote.origin.url"], cwd=project.root, timeout=10) or "").strip()
-    return without_credentials(remote) if remote else f"file://{project.root}"
-
-
 def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int) -> dict[str, str]:
     prof = plan.profile
     created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    content = content_digest(lock_sha, plan.image_digest)
     labels = {
         "org.opencontainers.image.created": created,
-        "org.opencontainers.image.version": f"{prof.name}-{lock_sha[:12]}",
+        "org.opencontainers.image.version": f"{prof.name}-{content[:12]}",
         "org.opencontainers.image.revision": git_revision(project),
-        LABEL_SOURCE: project_source(project),
+        LABEL_SOURCE: source_label(project),
         "org.opencontainers.image.title": f"envbuild {prof.name}",
         "org.opencontainers.image.description": prof.description or f"PyTorch {prof.torch} ({prof.build_tag})",
         "org.opencontainers.image.base.name": plan.base.image,
@@ -230,6 +223,7 @@ def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int) -> dict[
         LABEL_PROFILE: prof.name,
         LABEL_IMAGE_DIGEST: plan.image_digest,
         LABEL_LOCK_SHA: lock_sha,
+        LABEL_CONTENT_DIGEST: content,
         LABEL_FLAVOR: prof.flavor,
         LABEL_PYTHON: prof.python,
         LABEL_TORCH: prof.torch,
@@ -250,7 +244,8 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     if prof.flavor == "conda" and opts.find_links:
         raise UsageError("--find-links is for venv profiles; conda profiles install from conda-lock.yml")
     lock = freshness.require_fresh(project, plan, platform)
-    ca_text = _read_ca(opts.ca_bundle) if opts.ca_bundle is not None else None
+    ca_path = opts.ca_bundle or (project.root / project.config.ca_bundle if project.config.ca_bundle else None)
+    ca_text = _read_ca(ca_path) if ca_path is not None else None
     wheels = collect_wheels(lock.pins, plan.source.find_links) if prof.flavor == "venv" else []
     built = dataclasses.replace(plan, source=_build_source(plan, lock, wheels))
     epoch = source_date_epoch(project, lock.path)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envbuild import build as build_mod
-from envbuild import buildctx, engine, publish, validate
+from envbuild import engine, publish, validate
 from envbuild.errors import ProfileError
 from envbuild.names import (
     LABEL_ACCELERATOR,
@@ -31,7 +31,7 @@ from envbuild.names import (
     quiet,
 )
 from envbuild.profile import Profile
-from envbuild.project import Project
+from envbuild.project import Project, same_source, source_label
 
 LOCK_LABEL = LABEL_LOCK_SHA
 
@@ -61,23 +61,6 @@ class Survey:
     rows: list[ImageRow]
     freed_bytes: int | None = None  # measured from the engine's disk use, when something was removed
     errors: list[str] = field(default_factory=list)
-
-
-def same_source(a: str, b: str) -> bool:
-    """Whether two source labels name one repository: CI often clones over https while a developer's
-    remote is ssh (git@host:org/repo.git); both, with or without .git or credentials, are one project."""
-    return bool(a) and _canonical_source(a) == _canonical_source(b)
-
-
-def _canonical_source(url: str) -> str:
-    text = url.strip().rstrip("/").removesuffix(".git")
-    if text.startswith("file://"):
-        return text
-    text = text.split("://", 1)[-1]  # https://, ssh://, git://
-    text = text.rsplit("@", 1)[-1]  # user@ or user:token@
-    if ":" in text.split("/", 1)[0] and not text.split("/", 1)[0].rsplit(":", 1)[-1].isdigit():
-        text = text.replace(":", "/", 1)  # scp-like git@host:org/repo
-    return text.lower()
 
 
 def classify(
@@ -158,7 +141,7 @@ def survey(
 ) -> tuple[Any, Survey]:
     """The project's envbuild images, newest first, each classified."""
     cli = engine.client(timeout=60)  # listing and inspecting: an engine that stalls must not hang `status`
-    source = buildctx.project_source(project)
+    source = source_label(project)
     expected = load_all(project, names) if expected is None else expected
     # The local lockfile's hash, once per profile rather than once per image.
     facts = {n: publish.local_facts(project, p) for n, p in expected.items() if isinstance(p, Profile)}

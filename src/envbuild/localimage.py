@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from envbuild import engine
-from envbuild.errors import ImageMissing
-from envbuild.names import UNTESTED, moving_tag
+from envbuild.errors import ImageMissing, UsageError
+from envbuild.names import LABEL_PROFILE, LABEL_SOURCE, UNTESTED, moving_tag
 from envbuild.profile import Profile
-from envbuild.project import Project
+from envbuild.project import Project, same_source, source_label
 
 
 def repository(project: Project, repo: str | None) -> str:
-    """The local image repository: --tag, else envbuild.toml's `repository`."""
-    return repo or project.config.repository
+    """The local image repository: --tag, else the project's (envbuild.toml's, else derived)."""
+    return repo or project.repository
 
 
 def profile_image(cli: Any, project: Project, prof: Profile, repo: str | None = None) -> tuple[str, Any]:
@@ -25,8 +24,34 @@ def profile_image(cli: Any, project: Project, prof: Profile, repo: str | None = 
     ImageMissing, a usage error naming REPO:NAME, when there is neither."""
     moving = moving_tag(repository(project, repo), prof.name)
     try:
-        return moving, engine.local_image(cli, moving, prof.name)
+        ref, image = moving, engine.local_image(cli, moving, prof.name)
     except ImageMissing:
-        with contextlib.suppress(ImageMissing):
-            return moving + UNTESTED, engine.local_image(cli, moving + UNTESTED, prof.name)
-        raise
+        try:
+            ref, image = moving + UNTESTED, engine.local_image(cli, moving + UNTESTED, prof.name)
+        except ImageMissing:
+            raise ImageMissing(
+                f"no image {moving} in the engine",
+                hint=f"build it (envbuild build {prof.name}) or pull it (envbuild pull {prof.name})",
+            ) from None
+    check_belongs(project, prof, ref, dict(image.labels or {}))
+    return ref, image
+
+
+def check_belongs(project: Project, prof: Profile, ref: str, labels: dict[str, str]) -> None:
+    """An image a profile's name resolved to must say it is that profile's, built by this project;
+    another project's image under the same tag is refused with the fix, never used silently."""
+
+    built_as = labels.get(LABEL_PROFILE)
+    source = labels.get(LABEL_SOURCE, "")
+    if built_as != prof.name:
+        raise UsageError(
+            f"{ref} is not an envbuild image of {prof.name} (its profile label says {built_as or 'nothing'})",
+            hint=f"build it here (envbuild build {prof.name}), or name another image with --tag",
+        )
+    ours = source_label(project)
+    if source and not same_source(source, ours):
+        raise UsageError(
+            f"{ref} was built by another project ({source}), not this one ({ours})",
+            hint=f"build it here (envbuild build {prof.name}); projects that share an engine need their own "
+            "`repository` in envbuild.toml (the default, envbuild/<project>, is)",
+        )

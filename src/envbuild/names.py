@@ -6,6 +6,7 @@ Core layer: imports nothing of envbuild's, so any stage may read it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,7 @@ LABEL_VERSION = f"{LABEL_NS}.version"
 LABEL_PROFILE = f"{LABEL_NS}.profile"
 LABEL_IMAGE_DIGEST = f"{LABEL_NS}.image-digest"
 LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
+LABEL_CONTENT_DIGEST = f"{LABEL_NS}.content-digest"  # lockfile + image digest: what the NAME-<12 hex> tag names
 LABEL_FLAVOR = f"{LABEL_NS}.flavor"
 LABEL_PYTHON = f"{LABEL_NS}.python"
 LABEL_TORCH = f"{LABEL_NS}.torch"
@@ -69,9 +71,16 @@ def moving_tag(repo: str, profile: str) -> str:
     return f"{repo}:{profile}"
 
 
-def immutable_tag(repo: str, profile: str, lock_sha: str) -> str:
-    """REPO:NAME-<12 hex of the lockfile's sha256>."""
-    return f"{repo}:{profile}-{lock_sha[:TAG_SHA_CHARS]}"
+def content_digest(lock_sha: str, image_digest: str) -> str:
+    """sha256 of everything that reaches an image: the lockfile (lock_sha) and the rest
+    (plan.Plan.image_digest: profile fields, templates, smoke package). Two images with one
+    content digest were built from the same inputs; the immutable tag is named after it."""
+    return hashlib.sha256(f"{lock_sha}\n{image_digest}".encode()).hexdigest()
+
+
+def immutable_tag(repo: str, profile: str, digest: str) -> str:
+    """REPO:NAME-<12 hex of the content digest>: one tag never names two different images."""
+    return f"{repo}:{profile}-{digest[:TAG_SHA_CHARS]}"
 
 
 def is_moving(ref: str, profile: str) -> bool:

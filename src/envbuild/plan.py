@@ -76,14 +76,17 @@ class Base:
     origin: str  # option | profile | devel | compat
 
 
-def base_of(profile: Profile, option: str | None) -> Base:
-    """The base image: --base, else the profile's `base:`, else the CUDA devel image (devel: true),
-    else the compat data's default for the Python version."""
+def base_of(profile: Profile, option: str | None, configured: str | None = None) -> Base:
+    """The base image: --base, else the profile's `base:`, else envbuild.toml's `base` (for all, or
+    for the profile's Python), else the CUDA devel image (devel: true), else the compat data's
+    default for the Python version."""
     db = compat.load()
     if option:
         return Base(option, "apt", "option")
     if profile.base:
         return Base(profile.base, "apt", "profile")
+    if configured:
+        return Base(configured, "apt", "envbuild.toml")
     if profile.devel and profile.accelerator == "cuda":
         return Base(db.bases.devel.image_pattern.format(cuda=profile.cuda), "apt", "devel")
     info = db.bases.python.get(profile.python)
@@ -250,6 +253,8 @@ class Plan:
         fields = {k: v for k, v in self.profile.model_dump(mode="json").items() if k not in _NOT_IN_IMAGE}
         payload = {
             "profile": fields,
+            # a project-wide base reaches every image it builds (a --base option is a one-off: not here)
+            "configured_base": self.base.image if self.base.origin == "envbuild.toml" else None,
             "templates": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(self.templates.items())},
             "checks": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(self.checks.items())},
             "smoke": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in smoke_sources().items()},
@@ -281,7 +286,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
     return Plan(
         profile=profile,
         platforms=tuple(opts.platforms) or tuple(profile.platforms),
-        base=base_of(profile, opts.base),
+        base=base_of(profile, opts.base, cfg.base_for(profile.python)),
         source=source,
         requirements=requirements,
         torch_family=family,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -13,6 +15,8 @@ from typing import Any, get_type_hints
 from envbuild._compat import tomllib
 from envbuild.errors import UsageError
 from envbuild.names import NAME_RE
+from envbuild.proc import run_ok
+from envbuild.refs import without_credentials
 
 CONFIG_NAME = "envbuild.toml"
 
@@ -32,8 +36,15 @@ class ProjectConfig:
     torch_index: str | None = None
     find_links: list[str] = field(default_factory=list)
     registry: str | None = None
-    repository: str = "envbuild"
+    repository: str | None = None  # None: envbuild/<the project's name> (see Project.repository)
     lock_jobs: int = 4
+    # The base image for every profile (a string), or per Python version ({"3.11" = "IMAGE"}); a
+    # profile's own `base:` and `--base` still win.
+    base: str | dict[str, str] | None = None
+    ca_bundle: str | None = None  # a PEM bundle for builds behind a TLS-intercepting proxy (--ca-bundle)
+
+    def base_for(self, python: str) -> str | None:
+        return self.base.get(python) if isinstance(self.base, dict) else self.base
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,22 @@ class Project:
     def templates_dir(self) -> Path | None:
         path = self.root / self.config.templates_dir
         return path if path.is_dir() else None
+
+    @functools.cached_property
+    def repository(self) -> str:
+        """The local image repository: envbuild.toml's `repository`, else `envbuild/<name>` with the
+        project's name (its git remote's repository name, else its folder's). Two projects on one
+        engine so never share `envbuild:cpu-py311`, and a second checkout of one repository does."""
+        if self.config.repository:
+            return self.config.repository
+        return f"envbuild/{self.name}"
+
+    @functools.cached_property
+    def name(self) -> str:
+        """The project's name for image repositories: the git remote's last path part, else the folder."""
+        remote = (run_ok(["git", "config", "--get", "remote.origin.url"], cwd=self.root, timeout=10) or "").strip()
+        raw = remote.rstrip("/").removesuffix(".git").replace(":", "/").rsplit("/", 1)[-1] if remote else ""
+        return _repository_part(raw) or _repository_part(self.root.name) or "project"
 
     def work_dir(self, profile: str) -> Path:
         """A profile's folder under the build folder: its build context, log, smoke report, result."""
@@ -107,6 +134,37 @@ class Project:
         raise UsageError(f"no profile {name_or_path!r} in {where}/", hint=hint)
 
 
+def source_label(project: Project) -> str:
+    """The image source label: the git remote, else the folder. `envbuild images` tells projects apart by it.
+
+    Without credentials: CI clones over URLs with a job token in them (GitLab's
+    https://gitlab-ci-token:TOKEN@host/...), and a label travels with every pushed image."""
+    remote = (run_ok(["git", "config", "--get", "remote.origin.url"], cwd=project.root, timeout=10) or "").strip()
+    return without_credentials(remote) if remote else f"file://{project.root}"
+
+
+def same_source(a: str, b: str) -> bool:
+    """Whether two source labels name one repository: CI often clones over https while a developer's
+    remote is ssh (git@host:org/repo.git); both, with or without .git or credentials, are one project."""
+    return bool(a) and _canonical_source(a) == _canonical_source(b)
+
+
+def _canonical_source(url: str) -> str:
+    text = url.strip().rstrip("/").removesuffix(".git")
+    if text.startswith("file://"):
+        return text
+    text = text.split("://", 1)[-1]  # https://, ssh://, git://
+    text = text.rsplit("@", 1)[-1]  # user@ or user:token@
+    if ":" in text.split("/", 1)[0] and not text.split("/", 1)[0].rsplit(":", 1)[-1].isdigit():
+        text = text.replace(":", "/", 1)  # scp-like git@host:org/repo
+    return text.lower()
+
+
+def _repository_part(text: str) -> str:
+    """`text` as one path component of an image repository: lower case, [a-z0-9] runs joined by '-'."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64]
+
+
 def open_project(explicit: str | None = None) -> Project:
     """The project named by --project, ENVBUILD_PROJECT, or the current folder."""
     root = Path(explicit or os.environ.get("ENVBUILD_PROJECT") or ".").resolve()
@@ -152,6 +210,9 @@ def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
     refs.check(f"{config_path}: repository", raw.get("repository"), "repository")
     refs.check(f"{config_path}: registry", raw.get("registry"), "registry")
     refs.check(f"{config_path}: index_url", raw.get("index_url"), "url")
+    bases = raw.get("base")
+    for where, image in bases.items() if isinstance(bases, dict) else [("", bases)]:
+        refs.check(f"{config_path}: base{f'.{where}' if where else ''}", image, "image")
     refs.check(f"{config_path}: torch_index", raw.get("torch_index"), "url")
     return ProjectConfig(**raw)
 
@@ -165,6 +226,9 @@ def _matches(value: Any, expected: Any) -> bool:
     if typing.get_origin(expected) is list:
         (item,) = typing.get_args(expected)
         return isinstance(value, list) and all(_matches(v, item) for v in value)
+    if typing.get_origin(expected) is dict:
+        key, item = typing.get_args(expected)
+        return isinstance(value, dict) and all(_matches(k, key) and _matches(v, item) for k, v in value.items())
     if expected is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, expected)
@@ -175,4 +239,6 @@ def _describe(expected: Any) -> str:
         return " or ".join(_describe(arm) for arm in typing.get_args(expected) if arm is not type(None))
     if typing.get_origin(expected) is list:
         return f"a list of {typing.get_args(expected)[0].__name__} values"
+    if typing.get_origin(expected) is dict:
+        return "a table of strings (Python version = image)"
     return {str: "a string", int: "an integer"}.get(expected, str(expected.__name__))

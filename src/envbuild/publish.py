@@ -15,6 +15,7 @@ from envbuild.errors import PublishError, UsageError, VerifyError
 from envbuild.localimage import repository
 from envbuild.lockfile import lock_sha256
 from envbuild.names import (
+    LABEL_CONTENT_DIGEST,
     LABEL_IMAGE_DIGEST,
     LABEL_LOCK_SHA,
     LABEL_SMOKE,
@@ -142,11 +143,11 @@ def push(
             f"{local} ({image.id[:19]}) has not passed the smoke test; refusing to push it",
             hint=f"build it with the smoke test: envbuild build {prof.name} (without --no-smoke)",
         )
-    lock_sha = labels.get(LABEL_LOCK_SHA, "")
-    if len(lock_sha) != 64:
+    content = labels.get(LABEL_CONTENT_DIGEST) or labels.get(LABEL_LOCK_SHA, "")  # older images: the lock alone
+    if len(content) != 64:
         raise PublishError(f"{local} carries no envbuild lock label; it was not built by envbuild")
     target = f"{registry_for(project, prof, registry)}"
-    refs = [immutable_tag(target, prof.name, lock_sha), moving_tag(target, prof.name)]
+    refs = [immutable_tag(target, prof.name, content), moving_tag(target, prof.name)]
     digest = ""
     for ref in refs:  # immutable first, the moving tag last
         name, tag = ref.rsplit(":", 1)
@@ -238,10 +239,10 @@ def pull(
         )
     # Tagged as a local build would be, so `envbuild run NAME`, `smoke NAME` and `status` find what
     # was just pulled: they look under the local repository, not under the registry's name.
-    lock_sha = labels.get(LABEL_LOCK_SHA, "")
+    content = labels.get(LABEL_CONTENT_DIGEST) or labels.get(LABEL_LOCK_SHA, "")
     local_repo = repository(project, repo)
-    moving, immutable = moving_tag(local_repo, prof.name), immutable_tag(local_repo, prof.name, lock_sha)
-    local = [immutable, moving] if len(lock_sha) == 64 else [moving]
+    moving, immutable = moving_tag(local_repo, prof.name), immutable_tag(local_repo, prof.name, content)
+    local = [immutable, moving] if len(content) == 64 else [moving]
     if not smoke_passed(labels):
         # Only an image that carries the passed-smoke record may become the profile's image here.
         mismatches.append(f"it has not passed envbuild's smoke test: not tagged as {moving}")

@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from envbuild import engine, hostgpu
 from envbuild.errors import UsageError
 from envbuild.names import RUN_SHM_SIZE
 from envbuild.profile import Profile
+
+
+def check_env(item: str) -> str:
+    """`-e NAME=VALUE` or `-e NAME` (taken from this shell), as docker reads them."""
+    name = item.split("=", 1)[0]
+    if not name or not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c == "_" for c in name):
+        raise UsageError(
+            f"-e {item!r}: not NAME=VALUE", hint="e.g. -e WANDB_MODE=offline, or -e HF_TOKEN to pass yours"
+        )
+    return item
+
+
+def check_volume(item: str) -> str:
+    """`-v HOST:CONTAINER[:ro]`: a host folder that exists, made absolute."""
+    parts = item.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
+        raise UsageError(f"-v {item!r}: not HOST:CONTAINER[:ro]", hint="e.g. -v ~/datasets:/data:ro")
+    host = Path(parts[0]).expanduser()
+    if not host.exists():
+        raise UsageError(f"-v {item!r}: {host} does not exist", hint="create it, or name a folder that exists")
+    return ":".join([str(host.resolve()), *parts[1:]])
 
 
 def docker_argv(
@@ -22,6 +44,10 @@ def docker_argv(
     ipc_host: bool = False,
     shm_size: str = RUN_SHM_SIZE,
     tty: bool = False,
+    env: Sequence[str] = (),
+    volumes: Sequence[str] = (),
+    container_workdir: str | None = None,
+    user: str | None = None,
 ) -> list[str]:
     """The docker CLI call for an interactive-capable run (TTYs pass through the CLI untouched)."""
     gpus = hostgpu.gpus_for(gpus, prof.accelerator, absent_ok=False)
@@ -45,10 +71,16 @@ def docker_argv(
     elif prof.accelerator == "rocm" and gpus != "none":
         argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
     argv += ["--ipc=host"] if ipc_host else ["--shm-size", shm_size]
-    argv += ["-v", f"{workdir.resolve()}:/workspace", "-w", "/workspace"]
-    # The image's own non-root user (uid 1000) is kept; HOME is its home folder.
+    argv += ["-v", f"{workdir.resolve()}:/workspace", "-w", container_workdir or "/workspace"]
+    # As the host user by default, so what the job writes in /workspace (checkpoints, logs) is the
+    # user's own file; HOME then points at a folder any user may write (the image's home is uid 1000's).
+    argv += ["--user", user or f"{os.getuid()}:{os.getgid()}", "-e", "HOME=/tmp"]
     if os.environ.get("TERM"):
         argv += ["-e", f"TERM={os.environ['TERM']}"]
+    for item in env:
+        argv += ["-e", check_env(item)]
+    for item in volumes:
+        argv += ["-v", check_volume(item)]
     argv.append(image)
     argv += command
     return argv

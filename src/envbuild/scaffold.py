@@ -209,7 +209,15 @@ def create(
             loaded.diagnostics,
             hint="nothing was written; choose with --torch / --numpy / --base, or write the profile by hand",
         )
-    atomic_write_many({target: text})
+    files = {target: text}
+    ignore = project.root / ".gitignore"
+    entry = f"/{project.config.build_dir.strip('/')}/"
+    existing = ignore.read_text("utf-8") if ignore.is_file() else ""
+    if entry not in existing.splitlines() and f"{project.config.build_dir.strip('/')}/" not in existing.splitlines():
+        # build contexts hold hard links of the torch wheel (~180 MB+): `git add .` must not take them
+        sep = "" if not existing or existing.endswith("\n") else "\n"
+        files[ignore] = f"{existing}{sep}# envbuild's build folder (contexts, logs, reports)\n{entry}\n"
+    atomic_write_many(files)
     warnings = [d.render() for d in loaded.warnings]
     return Created(target, text, choice, warnings, [*choice.notes, *_source_notes(loaded.profile, project)])
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from envbuild import lockfile
-from envbuild.names import canonical
+from envbuild.names import canonical, content_digest
 
 from .conftest import BASE, CA, WHEELS, envbuild, local_build
 
@@ -29,9 +29,12 @@ def test_labels_and_both_tags(docker_client: Any, built_cpu: dict[str, Any], e2e
     lock_path = e2e_project / "lockfiles" / "cpu-py311" / "requirements.lock"
     lock_sha = hashlib.sha256(lock_path.read_bytes()).hexdigest()
     moving = docker_client.images.get(f"{repo_name}:cpu-py311")
-    immutable = docker_client.images.get(f"{repo_name}:cpu-py311-{lock_sha[:12]}")
-    assert moving.id == immutable.id == built_cpu["image_id"]
     labels = moving.labels
+    # the immutable tag names everything that reached the image: the lockfile and the image digest
+    content = content_digest(lock_sha, labels["io.envbuild.image-digest"])
+    assert labels["io.envbuild.content-digest"] == content
+    immutable = docker_client.images.get(f"{repo_name}:cpu-py311-{content[:12]}")
+    assert moving.id == immutable.id == built_cpu["image_id"]
     assert labels["io.envbuild.lock-sha256"] == lock_sha
     assert labels["io.envbuild.profile"] == "cpu-py311"
     assert (labels["io.envbuild.python"], labels["io.envbuild.torch"], labels["io.envbuild.numpy"]) == (

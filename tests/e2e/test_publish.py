@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -56,8 +57,8 @@ def test_round_trip_push_delete_pull(
         assert pulled["torch"] == "2.13.0" and pulled["python"] == "3.11" and pulled["smoke"] == "passed"
         assert pulled["mismatches"] == []
         # Tagged where build would have put it, so `run`, `smoke` and `status` find what was pulled.
-        lock_sha = built_cpu["labels"]["io.envbuild.lock-sha256"]
-        assert pulled["tags"] == [f"{repo_name}:cpu-py311", f"{repo_name}:cpu-py311-{lock_sha[:12]}"]
+        content = built_cpu["labels"]["io.envbuild.content-digest"]
+        assert pulled["tags"] == [f"{repo_name}:cpu-py311", f"{repo_name}:cpu-py311-{content[:12]}"]
         assert docker_client.images.get(f"{repo_name}:cpu-py311").id == image_id
     finally:
         img = docker_client.images.get(f"{target}:cpu-py311")
@@ -217,7 +218,8 @@ def test_run_passes_the_exit_code_and_mounts_the_folder(
         timeout=300,
     )
     assert res.returncode == 3, res.stderr
-    assert res.stdout.split() == ["hi", "1000", "2.13.0+cpu"]
+    # as the host user (issue 24): what the job writes in /workspace belongs to whoever ran it
+    assert res.stdout.split() == ["hi", str(os.getuid()), "2.13.0+cpu"]
     shutil.rmtree(work, ignore_errors=True)
 
 
@@ -277,7 +279,7 @@ def test_a_registry_that_needs_login(
     finally:
         for ref in (
             f"{repo}:cpu-py311",
-            *[f"{target}:{t}" for t in ("cpu-py311", f"cpu-py311-{labels['io.envbuild.lock-sha256'][:12]}")],
+            *[f"{target}:{t}" for t in ("cpu-py311", f"cpu-py311-{labels['io.envbuild.content-digest'][:12]}")],
         ):
             with contextlib.suppress(Exception):
                 docker_client.images.remove(ref, force=True, noprune=True)

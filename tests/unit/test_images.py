@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from envbuild import images, profile
+from envbuild import images, profile, project
 from envbuild.errors import ProfileError
 from tests.conftest import VALID, Result
 
@@ -159,7 +159,7 @@ def test_dry_run_without_prune_is_a_usage_error(cli: Callable[..., Result]) -> N
 )
 def test_one_repository_cloned_over_https_or_ssh_is_one_project(a: str, b: str, same: bool) -> None:
     # CI builds from an https clone, a developer pulls into an ssh clone: `images` and `status` must agree.
-    assert images.same_source(a, b) is same
+    assert project.same_source(a, b) is same
 
 
 def test_an_image_pulled_by_digest_is_judged_by_its_labels_not_as_a_leftover() -> None:

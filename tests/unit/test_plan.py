@@ -188,3 +188,19 @@ def test_conda_lock_without_its_binaries_is_an_error_with_its_fix(
     assert res.code == 4, res.err
     assert "conda-lock is not installed" in res.err and "envbuild[conda]" in res.err
     assert os.environ["PATH"] == str(bare)
+
+
+def test_changing_apt_changes_the_immutable_tag(cli: Callable[..., Result], engineless_project: Path) -> None:
+    """`NAME-<sha>` was the lockfile's hash alone: three images with different `apt:` shared one tag."""
+
+    def tagged() -> str:
+        res = cli("build", "cpu-py311", "--context-only", "--json")
+        assert res.code == 0, res.err
+        return str(json.loads(res.out)["labels"]["io.envbuild.content-digest"])
+
+    before = tagged()
+    _edit(engineless_project / "profiles" / "cpu-py311.yaml", 'einops==0.8.1"]', 'einops==0.8.1"]\napt: ["g++"]')
+    after = tagged()
+    assert before != after
+    _edit(engineless_project / "profiles" / "cpu-py311.yaml", 'apt: ["g++"]', 'apt: ["python3.11-dev"]')
+    assert tagged() not in {before, after}

@@ -47,9 +47,10 @@ def status(
         ]
         for r in rows
     ]
-    report = {"profiles": [r.as_dict() for r in rows], "note": note or None}
+    report = {"profiles": [r.as_dict() for r in rows], "note": note or None, "repository": proj.repository}
     if not profile_table(proj, as_json, report, ["profile", "valid", "lockfile", "image", "next"], table):
         return
+    output.err().print(f"images: {proj.repository}:NAME (this project's repository)")
     for r in rows:
         if r.problem:
             output.err().print(f"{r.profile}: {r.problem}")
@@ -79,7 +80,7 @@ def matrix_(
     elif fmt == "json":
         output.emit_json(ci.matrix(proj))
     elif fmt == "bake":
-        output.emit_json(ci.bake(proj, tag or proj.config.repository))
+        output.emit_json(ci.bake(proj, tag or proj.repository))
     else:
         raise UsageError(f"--format {fmt}: unknown", hint="use github, json or bake")
 
@@ -160,6 +161,14 @@ def run_image(
     shm_size: Annotated[
         str | None, typer.Option(help="Shared memory size when not --ipc-host (default 8g).", show_default=False)
     ] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE (or NAME) for the job.")] = None,
+    volume: Annotated[
+        list[str] | None, typer.Option("--volume", "-v", help="HOST:CONTAINER[:ro], beside /workspace.")
+    ] = None,
+    workdir: Annotated[str | None, typer.Option(help="Working folder in the container (default /workspace).")] = None,
+    user: Annotated[
+        str | None, typer.Option(help="UID:GID to run as (default: yours, so /workspace files stay yours).")
+    ] = None,
     project: ProjectOpt = None,
 ) -> int:
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
@@ -171,6 +180,10 @@ def run_image(
     hostgpu.check_gpus(gpus)
     refs.check("--tag", tag, "repository")
     hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild run {name}")
+    for item in env or []:
+        runner.check_env(item)  # before the engine is asked anything
+    for item in volume or []:
+        runner.check_volume(item)
     proj = project_at(project)
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
@@ -186,6 +199,10 @@ def run_image(
         ipc_host=ipc_host,
         shm_size=RUN_SHM_SIZE if shm_size is None else shm_size,
         tty=sys.stdin.isatty() and sys.stdout.isatty(),
+        env=env or (),
+        volumes=volume or (),
+        container_workdir=workdir,
+        user=user,
     )
     code = subprocess.call(argv)
     if code == 125 and ("--gpus" in argv or "/dev/kfd" in argv):

@@ -59,7 +59,8 @@ def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
         ]
         for r in rows
     ]
-    profile_table(proj, as_json, rows, ["name", "accelerator", "python", "torch", "numpy", "flavor"], table)
+    if profile_table(proj, as_json, rows, ["name", "accelerator", "python", "torch", "numpy", "flavor"], table):
+        output.err().print(f"images: {proj.repository}:NAME")
 
 
 @app.command()

@@ -1,0 +1,59 @@
+"""envbuild in a team: several projects on one engine, and `envbuild run` for real training work."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import REPO
+from .conftest import envbuild
+
+pytestmark = pytest.mark.e2e
+
+TRAIN = (
+    "import torch; torch.manual_seed(0); m = torch.nn.Linear(4, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1); "
+    "x = torch.randn(16, 4); [opt.zero_grad() or m(x).square().mean().backward() or opt.step() for _ in range(5)]; "
+    "torch.save(m.state_dict(), '/workspace/ckpt.pt'); print('saved')"
+)
+
+
+def test_a_training_run_saves_a_checkpoint_the_host_user_owns(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """It failed with "Permission denied": the job ran as uid 1000 in a folder of the host user's."""
+    work = tmp_path / "job"
+    work.mkdir()
+    res = envbuild(
+        "run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name, "-e", "OMP_NUM_THREADS=1",
+        "--", "python", "-c", TRAIN, cwd=work, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "saved"
+    ckpt = work / "ckpt.pt"
+    assert ckpt.stat().st_uid == os.getuid() and ckpt.stat().st_gid == os.getgid()
+    import zipfile
+
+    assert zipfile.is_zipfile(ckpt)  # torch.save's format: the host reads it back
+
+
+def test_a_second_project_never_runs_the_first_projects_image(
+    built_cpu: dict[str, Any], repo_name: str, tmp_path: Path
+) -> None:
+    second = tmp_path / "team-project"
+    for part in ("profiles", "lockfiles", "checks"):
+        shutil.copytree(REPO / part, second / part)
+    # its own repository by default: the first project's image is simply not its image
+    res = envbuild("run", "cpu-py311", "--", "python", "-c", "print('wrong image')", cwd=second)
+    assert res.returncode == 2 and "wrong image" not in res.stdout
+    assert "no image envbuild/team-project:cpu-py311" in res.stderr
+    # sharing the repository by hand: the image's labels say another project built it, so it is refused
+    (second / "envbuild.toml").write_text(f'[envbuild]\nrepository = "{repo_name}"\n')
+    res = envbuild("run", "cpu-py311", "--", "python", "-c", "print('wrong image')", cwd=second)
+    assert res.returncode == 2 and "wrong image" not in res.stdout
+    assert "was built by another project" in res.stderr
+    res = envbuild("smoke", "cpu-py311", cwd=second)
+    assert res.returncode == 2 and "was built by another project" in res.stderr

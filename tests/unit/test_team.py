@@ -1,0 +1,122 @@
+"""A team's project on a shared engine: its own image repository, `run` as the host user, options passed through."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envbuild import profile, runner
+from envbuild.errors import UsageError
+from envbuild.project import open_project
+from tests.conftest import VALID, Result
+
+CPU = profile.Profile.model_validate(
+    {**{k: v for k, v in VALID.items() if k not in {"cuda", "torchvision", "torchaudio"}}, "accelerator": "cpu",
+     "name": "cpu-py311", "torch": "2.13.0", "numpy": "2.1.3"}
+)  # fmt: skip
+
+
+def test_run_is_the_host_user_with_a_writable_home(tmp_path: Path) -> None:
+    argv = runner.docker_argv(CPU, "r:cpu-py311", ["python"], workdir=tmp_path)
+    assert argv[argv.index("--user") + 1] == f"{os.getuid()}:{os.getgid()}"
+    assert "HOME=/tmp" in argv
+    argv = runner.docker_argv(CPU, "r:cpu-py311", ["python"], workdir=tmp_path, user="1000:1000")
+    assert argv[argv.index("--user") + 1] == "1000:1000"
+
+
+def test_env_volume_and_workdir_pass_through(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    argv = runner.docker_argv(
+        CPU, "r:cpu-py311", ["python"], workdir=tmp_path, env=["WANDB_MODE=offline", "HF_TOKEN"],
+        volumes=[f"{data}:/data:ro"], container_workdir="/workspace/src",
+    )  # fmt: skip
+    assert argv[argv.index("WANDB_MODE=offline") - 1 : argv.index("WANDB_MODE=offline") + 1] == [
+        "-e",
+        "WANDB_MODE=offline",
+    ]
+    assert f"{data.resolve()}:/data:ro" in argv and "HF_TOKEN" in argv
+    assert argv[argv.index("-w") + 1] == "/workspace/src"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("-e", "1BAD=x", "not NAME=VALUE"),
+        ("-v", "/nope/nothing:/data", "does not exist"),
+        ("-v", "data", "HOST:CONTAINER"),
+    ],
+)
+def test_bad_run_options_are_usage_errors_before_the_engine(
+    cli: Callable[..., Result], engineless_project: Path, option: str, value: str, message: str
+) -> None:
+    res = cli("run", "cpu-py311", option, value, "--", "true")
+    assert res.code == 2 and message in res.err
+    assert "Docker engine" not in res.err  # refused before anything was asked of it
+
+
+def test_a_project_has_its_own_image_repository(tmp_path: Path) -> None:
+    folder = tmp_path / "Team Project_2"
+    folder.mkdir()
+    assert open_project(str(folder)).repository == "envbuild/team-project-2"
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    remote = "git@github.com:acme/vision-models.git"
+    subprocess.run(["git", "-C", str(folder), "remote", "add", "origin", remote], check=True)
+    assert open_project(str(folder)).repository == "envbuild/vision-models"
+    (folder / "envbuild.toml").write_text('[envbuild]\nrepository = "registry.local/team/envs"\n')
+    assert open_project(str(folder)).repository == "registry.local/team/envs"
+
+
+def test_status_and_list_name_the_repository(cli: Callable[..., Result], engineless_project: Path) -> None:
+    import json
+
+    report = json.loads(cli("status", "cpu-py311", "--json").out)
+    assert report["repository"] == f"envbuild/{engineless_project.name}"
+    assert f"images: envbuild/{engineless_project.name}:NAME" in cli("list").err
+
+
+def test_a_usage_error_is_not_raised_for_a_good_env(tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        runner.check_env("=x")
+    assert runner.check_env("A_B=1") == "A_B=1"
+
+
+def test_base_and_ca_bundle_come_from_envbuild_toml(cli: Callable[..., Result], engineless_project: Path) -> None:
+    import json
+
+    (engineless_project / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    (engineless_project / "envbuild.toml").write_text(
+        '[envbuild]\nca_bundle = "ca.pem"\n[envbuild.base]\n"3.11" = "registry.local/debian:bookworm"\n'
+    )
+    res = cli("build", "cpu-py311", "--context-only", "--json")
+    assert res.code == 0, res.err
+    ctx = Path(json.loads(res.out)["context"])
+    assert 'ARG BASE_IMAGE="registry.local/debian:bookworm"' in (ctx / "Dockerfile").read_text()
+    assert (ctx / "certs" / "ca-bundle.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
+    # the option still wins over envbuild.toml
+    res = cli("build", "cpu-py311", "--context-only", "--json", "--base", "other.local/img:1")
+    assert 'ARG BASE_IMAGE="other.local/img:1"' in (Path(json.loads(res.out)["context"]) / "Dockerfile").read_text()
+
+
+def test_a_bad_base_in_envbuild_toml_names_the_key(cli: Callable[..., Result], engineless_project: Path) -> None:
+    (engineless_project / "envbuild.toml").write_text('[envbuild]\nbase = {"3.11" = "Not An Image"}\n')
+    res = cli("list")
+    assert res.code == 2 and "base.3.11 'Not An Image' is not an image reference" in res.err
+
+
+def test_new_starts_a_gitignore_for_the_build_folder(
+    cli: Callable[..., Result], tmp_path: Path, fake_index: object
+) -> None:
+    folder = tmp_path / "fresh"
+    folder.mkdir()
+    res = cli("new", "cpu-py312", "--torch", "2.5.1", "--numpy", "2.1.3", "--project", str(folder))
+    assert res.code == 0, res.err
+    assert "/.envbuild/" in (folder / ".gitignore").read_text().splitlines()
+    (folder / ".gitignore").write_text("*.pyc")  # a project's own, without a final newline
+    res = cli("new", "cpu-py311", "--torch", "2.5.1", "--numpy", "2.1.3", "--project", str(folder))
+    assert (folder / ".gitignore").read_text().splitlines()[0] == "*.pyc"
+    assert (folder / ".gitignore").read_text().count("/.envbuild/") == 1
