@@ -287,7 +287,7 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     platform = _target_platform(plan, opts.platform, str(info.get("Architecture") or "") or None)
     # Said before anything is downloaded: a full disk otherwise shows only minutes later, mid-layer.
     disk_note = engine.disk_note(*engine.disk(info), prof.accelerator)
-    warnings = [disk_note] if disk_note else []
+    warnings = [*plan.notes, *([disk_note] if disk_note else [])]
     for text in warnings:
         say("warning", "disk", text)
     say("phase", "context", "assembling the build context")

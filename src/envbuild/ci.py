@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from envbuild import __version__, validate
 from envbuild import profile as profile_mod
-from envbuild import validate
+from envbuild._compat import tomllib
 from envbuild.project import Project
 
 # Pinned to commit SHAs (tags can move); the comment says which release each SHA is.
@@ -20,16 +21,34 @@ CPU_RUNNER = "ubuntu-24.04"
 GPU_RUNNERS = {"cuda": "gpu-nvidia", "rocm": "gpu-amd"}
 
 
-# Both jobs start the same way: a checkout that keeps no token, Python, envbuild itself.
-_INSTALL_STEPS = (
-    f"      - uses: {ACTIONS['checkout']}  # {ACTION_VERSIONS['checkout']}",
-    "        with:",
-    "          persist-credentials: false",
-    f"      - uses: {ACTIONS['setup-python']}  # {ACTION_VERSIONS['setup-python']}",
-    "        with:",
-    '          python-version: "3.11"',
-    "      - run: pip install .",
-)
+def _install_steps(project: Project) -> tuple[str, ...]:
+    """Both jobs start the same way: a checkout that keeps no token, Python, envbuild itself: this
+    checkout in envbuild's own repository, else the envbuild release that generated the workflow."""
+    install = "pip install ." if _is_envbuild_itself(project) else f'pip install "envbuild=={__version__}"'
+    return (
+        f"      - uses: {ACTIONS['checkout']}  # {ACTION_VERSIONS['checkout']}",
+        "        with:",
+        "          persist-credentials: false",
+        f"      - uses: {ACTIONS['setup-python']}  # {ACTION_VERSIONS['setup-python']}",
+        "        with:",
+        '          python-version: "3.11"',
+        f"      - run: {install}",
+    )
+
+
+def _is_envbuild_itself(project: Project) -> bool:
+    try:
+        meta = tomllib.loads((project.root / "pyproject.toml").read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(meta.get("project", {}).get("name") == "envbuild")
+
+
+def runner_for(project: Project, accelerator: str) -> str:
+    """The runner label of a profile's build job: envbuild.toml's [envbuild.ci] (cpu, cuda, rocm), else
+    GitHub's hosted Ubuntu for CPU and the conventional self-hosted labels for GPUs."""
+    configured = (project.config.ci or {}).get(accelerator)
+    return configured or GPU_RUNNERS.get(accelerator, CPU_RUNNER)
 
 
 def profiles(project: Project) -> list[profile_mod.Profile]:
@@ -48,7 +67,7 @@ def matrix(project: Project) -> list[dict[str, Any]]:
                 "torch": prof.torch,
                 "flavor": prof.flavor,
                 "gpu": prof.accelerator != "cpu",
-                "runner": GPU_RUNNERS.get(prof.accelerator, CPU_RUNNER),
+                "runner": runner_for(project, prof.accelerator),
             }
         )
     return rows
@@ -92,9 +111,9 @@ def github_workflow(project: Project, registry: str = "ghcr.io/${{ github.reposi
         "  cancel-in-progress: true",
         "jobs:",
         "  lock-check:",
-        f"    runs-on: {CPU_RUNNER}",
+        f"    runs-on: {runner_for(project, 'cpu')}",
         "    steps:",
-        *_INSTALL_STEPS,
+        *_install_steps(project),
         "      - run: envbuild validate --all",
         "      - run: envbuild lock --check --all",
         "      - run: envbuild ci github --check -o .github/workflows/envbuild.yml",
@@ -113,7 +132,7 @@ def github_workflow(project: Project, registry: str = "ghcr.io/${{ github.reposi
         lines.append(f"          - {json.dumps(row, sort_keys=True)}")
     lines += [
         "    steps:",
-        *_INSTALL_STEPS,
+        *_install_steps(project),
         "      - name: Doctor",
         "        run: envbuild doctor",
         "      - name: Build and smoke-test",

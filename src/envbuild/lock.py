@@ -49,6 +49,8 @@ def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents 
             if fresh and not opts.upgrade and not opts.upgrade_packages:
                 say(name, "fresh", "lockfile is up to date")
                 return LockOutcome(name, "fresh", "up to date", time.monotonic() - start)
+            for note in plan.notes:
+                say(name, "note", note)
             say(name, "resolving", f"{prof.flavor}: {', '.join(plan.platforms)}")
             locker = conda.lock if prof.flavor == "conda" else venvlock.lock
             outcome = locker(project, plan, opts)

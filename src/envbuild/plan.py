@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -49,12 +50,24 @@ def _expand(project: Project, location: str) -> str:
     return str((project.root / text).resolve())
 
 
-def find_links_of(project: Project, prof: Profile, given: tuple[str, ...], *, strict: bool = True) -> tuple[str, ...]:
-    """Wheelhouses: the option, else the profile's, else envbuild.toml's; expanded, and (strict)
-    each local one checked to exist."""
+_UNSET = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?")
+
+
+def find_links_of(
+    project: Project, prof: Profile, given: tuple[str, ...], *, strict: bool = True
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(wheelhouses, notes): the option, else the profile's, else envbuild.toml's; expanded, and
+    (strict) each local one checked to exist. A wheelhouse named by a variable that is unset here
+    (`${PIP_FIND_LINKS}` on a machine without one) means "no wheelhouse", with a note saying so."""
     cfg = project.config
-    links = given or tuple(prof.find_links) or tuple(cfg.find_links)
+    named = given or tuple(prof.find_links) or tuple(cfg.find_links)
     where = "--find-links" if given else f"{prof.name}'s find_links" if prof.find_links else "envbuild.toml"
+    notes = tuple(
+        f"{where}: {f} names an unset variable: no wheelhouse from it"
+        for f in named
+        if _UNSET.search(os.path.expandvars(f))
+    )
+    links = tuple(f for f in named if not _UNSET.search(os.path.expandvars(f)))
     expanded = tuple(_expand(project, f) for f in links)
     for raw, path in zip(links, expanded, strict=True):
         if not strict:
@@ -66,7 +79,7 @@ def find_links_of(project: Project, prof: Profile, given: tuple[str, ...], *, st
                 f"{where}: {raw} does not exist" + (f" ({path})" if path != raw else ""),
                 hint="name a folder of wheels (or a URL), or leave it out to use the indexes",
             )
-    return expanded
+    return expanded, notes
 
 
 @dataclass(frozen=True)
@@ -163,6 +176,7 @@ class Plan:
     templates: dict[str, str] = field(repr=False)  # the flavor's template sources, by name
     torch_mirror: str | None = None  # a mirror of the PyTorch index given today (option > profile > toml)
     checks: dict[str, str] = field(default_factory=dict, repr=False)  # the project's own checks: {file: text}
+    notes: tuple[str, ...] = ()  # what a person should know about this plan (an unset ${VAR} wheelhouse)
 
     def source_as_locked(self, route: str, index: str) -> TorchSource:
         """Where the torch family comes from for a lockfile that recorded (route, canonical index):
@@ -267,7 +281,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
     that only compare (status, images): a wheelhouse missing on this machine is no error there."""
     opts = options or PlanOptions()
     cfg = project.config
-    links = find_links_of(project, profile, opts.find_links, strict=strict)
+    links, notes = find_links_of(project, profile, opts.find_links, strict=strict)
     mirror = opts.torch_index or profile.torch_index or cfg.torch_index
     source = torch_source(
         profile, index_url=opts.index_url or profile.index_url or cfg.index_url, torch_index=mirror, find_links=links
@@ -294,6 +308,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
         templates=templates,
         torch_mirror=mirror,
         checks=_read_checks(project, profile),
+        notes=notes,
     )
 
 

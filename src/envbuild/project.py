@@ -42,6 +42,7 @@ class ProjectConfig:
     # profile's own `base:` and `--base` still win.
     base: str | dict[str, str] | None = None
     ca_bundle: str | None = None  # a PEM bundle for builds behind a TLS-intercepting proxy (--ca-bundle)
+    ci: dict[str, str] | None = None  # `ci github` runner labels per accelerator: cpu, cuda, rocm
 
     def base_for(self, python: str) -> str | None:
         return self.base.get(python) if isinstance(self.base, dict) else self.base
@@ -210,6 +211,12 @@ def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
     refs.check(f"{config_path}: repository", raw.get("repository"), "repository")
     refs.check(f"{config_path}: registry", raw.get("registry"), "registry")
     refs.check(f"{config_path}: index_url", raw.get("index_url"), "url")
+    unknown_runners = sorted(set(raw.get("ci") or {}) - {"cpu", "cuda", "rocm"})
+    if unknown_runners:
+        raise UsageError(
+            f"{config_path}: ci: {', '.join(unknown_runners)} is not an accelerator",
+            hint="the [envbuild.ci] table names runner labels for cpu, cuda and rocm",
+        )
     bases = raw.get("base")
     for where, image in bases.items() if isinstance(bases, dict) else [("", bases)]:
         refs.check(f"{config_path}: base{f'.{where}' if where else ''}", image, "image")

@@ -120,3 +120,64 @@ def test_new_starts_a_gitignore_for_the_build_folder(
     res = cli("new", "cpu-py311", "--torch", "2.5.1", "--numpy", "2.1.3", "--project", str(folder))
     assert (folder / ".gitignore").read_text().splitlines()[0] == "*.pyc"
     assert (folder / ".gitignore").read_text().count("/.envbuild/") == 1
+
+
+def test_generated_workflow_installs_envbuild_by_version_outside_its_own_repository(
+    cli: Callable[..., Result], engineless_project: Path, tmp_path: Path
+) -> None:
+    """`pip install .` installed the team's own project (or failed: no pyproject.toml), not envbuild."""
+    from envbuild import __version__
+
+    (engineless_project / "envbuild.toml").write_text(
+        '[envbuild]\n[envbuild.ci]\ncpu = "ubuntu-22.04"\ncuda = ["self-hosted", "a100"]\n'
+    )
+    res = cli("ci", "github")
+    assert res.code == 2 and "ci: expected" in res.err  # runner labels are strings
+    (engineless_project / "envbuild.toml").write_text(
+        '[envbuild]\n[envbuild.ci]\ncpu = "ubuntu-22.04"\ncuda = "a100"\n'
+    )
+    target = tmp_path / "envbuild.yml"
+    res = cli("ci", "github", "-o", str(target))
+    assert res.code == 0, res.err
+    text = target.read_text()
+    assert f'pip install "envbuild=={__version__}"' in text and "pip install .\n" not in text
+    assert '"runner": "a100"' in text and "runs-on: ubuntu-22.04" in text
+    assert cli("ci", "github", "--check", "-o", str(target)).code == 0
+    _validate_workflow(target)
+
+
+def test_envbuilds_own_workflow_installs_the_checkout_and_is_a_valid_workflow() -> None:
+    from tests.conftest import REPO
+
+    text = (REPO / ".github" / "workflows" / "envbuild.yml").read_text()
+    assert "- run: pip install .\n" in text
+    _validate_workflow(REPO / ".github" / "workflows" / "envbuild.yml")
+
+
+def _validate_workflow(path: Path) -> None:
+    """GitHub's workflow schema, as check-jsonschema vendors it: a real validator, not a look at the text."""
+    import sys
+
+    tool = Path(sys.executable).with_name("check-jsonschema")
+    proc = subprocess.run(
+        [str(tool), "--builtin-schema", "vendor.github-workflows", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_unset_variable_in_find_links_means_no_wheelhouse(
+    engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's own `find_links = ["${PIP_FIND_LINKS}"]` failed wherever the variable was unset."""
+    from envbuild import plan as plan_mod
+    from envbuild import validate
+
+    monkeypatch.delenv("ENVBUILD_TEST_UNSET", raising=False)
+    (engineless_project / "envbuild.toml").write_text('[envbuild]\nfind_links = ["${ENVBUILD_TEST_UNSET}"]\n')
+    proj = open_project(str(engineless_project))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"))
+    assert plan.source.find_links == ()
+    assert plan.notes == ("envbuild.toml: ${ENVBUILD_TEST_UNSET} names an unset variable: no wheelhouse from it",)

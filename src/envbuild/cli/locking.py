@@ -149,6 +149,9 @@ def _with_progress(names: list[str], quiet: bool, work: Any) -> Any:
     lock_ = threading.Lock()
 
     def events(name: str, state: str, detail: str) -> None:
+        if state == "note":  # kept on screen, not overwritten by the next state
+            console.print(f"note: {name}: {detail}")
+            return
         with lock_:
             states[name] = (state, detail)
         if not console.is_terminal and not quiet:
