@@ -95,7 +95,8 @@ def test_killed_build_moves_no_tag_and_the_next_build_succeeds(
         _build_cmd("cpu-py311-k", repo_name), cwd=e2e_project, capture_output=True, text=True, check=False
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    # The first image lost both tags to this one: the build says it can go, and `images` agrees.
+    # The first image lost its moving tag to this one and keeps only its own NAME-<content digest> (the
+    # env changed, so the contents did): the build says it can go, and `images` agrees.
     assert "older image(s) of cpu-py311-k can go: envbuild images --prune cpu-py311-k" in res.stderr
     listed = subprocess.run(
         [sys.executable, "-m", "envbuild", "images", "cpu-py311-k", "--json"],
@@ -108,7 +109,7 @@ def test_killed_build_moves_no_tag_and_the_next_build_succeeds(
     now = docker_client.images.get(f"{repo_name}:cpu-py311-k").id
     assert now != before
     assert (rows[now]["state"], rows[now]["keep"]) == ("current", True)
-    assert (rows[before]["state"], rows[before]["keep"]) == ("untagged", False)
+    assert (rows[before]["state"], rows[before]["keep"]) == ("stale", False)
     record("interrupt_build", attempts=3, killed_mid_build=kills, moved_tags=0, next_build="succeeded")
 
 
