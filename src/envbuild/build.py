@@ -27,7 +27,9 @@ from envbuild.errors import BuildError, SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.localimage import repository
 from envbuild.names import (
+    ENV_DIGEST_PATH,
     LABEL_CONTENT_DIGEST,
+    LABEL_ENV_DIGEST,
     LABEL_SMOKE,
     LABEL_SMOKE_GPU,
     LABEL_SMOKE_REPORT_VERSION,
@@ -171,22 +173,55 @@ def _buildkit_build(
     return iid.read_text().strip()
 
 
-def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any]) -> str:
-    """A child image that only adds labels saying the smoke test passed on `image_id`.
+def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any] | None) -> str:
+    """A child image that only adds labels: the environment's digest (from the manifest the build
+    wrote) and, when `report` is given, that the smoke test passed on `image_id`.
 
     The record travels with the image ID (to the registry too), so any checkout, machine or
     registry client can tell a tested image from an untested one.
     """
     import io
 
-    gpu_checks = next((c["status"] for c in report["checks"] if c["name"] == "gpu"), "skip")
-    dockerfile = (
-        f"FROM {image_id}\n"
-        f'LABEL {LABEL_SMOKE}="passed" {LABEL_SMOKE_TESTED_IMAGE}="{image_id}" '
-        f'{LABEL_SMOKE_REPORT_VERSION}="{report["report_version"]}" {LABEL_SMOKE_GPU}="{gpu_checks}"\n'
-    )
+    labels = {}
+    env_digest = read_env_digest(cli, image_id)
+    if env_digest:
+        labels[LABEL_ENV_DIGEST] = env_digest
+    if report is not None:
+        labels[LABEL_SMOKE] = "passed"
+        labels[LABEL_SMOKE_TESTED_IMAGE] = image_id
+        labels[LABEL_SMOKE_REPORT_VERSION] = str(report["report_version"])
+        labels[LABEL_SMOKE_GPU] = next((c["status"] for c in report["checks"] if c["name"] == "gpu"), "skip")
+    if not labels:
+        return image_id
+    line = " ".join(f'{k}="{v}"' for k, v in labels.items())
+    dockerfile = f"FROM {image_id}\nLABEL {line}\n"
     image, _ = cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True)
     return str(image.id)
+
+
+def read_env_digest(cli: Any, image_id: str) -> str | None:
+    """The digest the image's build manifest step wrote (/opt/envbuild/env-digest), read from a
+    container that is created, never started, and removed."""
+    import io
+    import tarfile
+
+    import docker
+
+    try:
+        container = cli.containers.create(image_id, ["true"])
+    except docker.errors.APIError:
+        return None
+    try:
+        stream, _ = container.get_archive(ENV_DIGEST_PATH)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            text = member.read().decode().strip() if member else ""
+    except (docker.errors.APIError, tarfile.TarError, IndexError):
+        return None
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+    return text if len(text) == 64 else None
 
 
 def _build_lock(project: Project, name: str) -> Path:
@@ -311,7 +346,6 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     finally:
         log.close()
     timings["build"] = time.monotonic() - t0
-    final_id = built
     report = None
     if opts.smoke:
         from envbuild.smoke import host
@@ -335,7 +369,7 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
                 + host.summary(report),
                 hint=f"the report is in {project.rel(work / 'smoke.json')}",
             )
-        final_id = mark_smoke_passed(cli, built, report)
+    final_id = mark_smoke_passed(cli, built, report)
     repo = repository(project, opts.repo)
     moving, immutable = moving_tag(repo, prof.name), immutable_tag(repo, prof.name, ctx.labels[LABEL_CONTENT_DIGEST])
     # Only a smoke-tested image may carry the profile's tags; an untested one gets its own name.

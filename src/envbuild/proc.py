@@ -30,8 +30,8 @@ _cancelled = threading.Event()
 
 def cancel_all() -> None:
     """Stop every program `run` started and make the next `run` (and `check_cancelled`) refuse."""
-    _cancelled.set()
-    with _guard:
+    with _guard:  # with run's registration under one lock: no program slips between set and snapshot
+        _cancelled.set()
         procs = list(_running)
     for child in procs:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -90,6 +90,10 @@ def run(
         raise error(f"{shown} could not be started: {exc}") from exc
     with _guard:
         _running.add(child)
+        late = _cancelled.is_set()  # the interrupt came while it was starting
+    if late:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
     try:
         out, err = child.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired as exc:

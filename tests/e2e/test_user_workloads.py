@@ -121,11 +121,13 @@ def test_an_image_built_from_an_envbuild_image_adds_a_package(
         assert "hello from a derived image" in said
         # --lock-match pins: the locked pins hold, the added distribution is listed, the check passes
         out = _run(
-            docker_client, image.id, "envbuild-smoke", "--only", "versions", "--lock-match", "pins", "--json", "-"
-        )
+            docker_client, image.id, "envbuild-smoke", "--only", "versions", "--only", "integrity",
+            "--lock-match", "pins", "--json", "-",
+        )  # fmt: skip
         report = json.loads(out)
         versions = _check(report, "versions")
         assert report["passed"] and versions["facts"]["not_in_lockfile"] == ["hello-envbuild"]
+        assert _check(report, "integrity")["facts"]["added_distributions"] == ["hello-envbuild"]
         # the default (exact) still fails on it: the drift check for images that should be pristine
         exact = docker_client.containers.run(
             image.id, ["envbuild-smoke", "--only", "versions", "--json", "-"], detach=True

@@ -3,6 +3,7 @@ find missing, how they word it, which datasheet row a GPU gets, how a project sc
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -182,3 +183,59 @@ def test_the_smoke_package_runs_without_envbuild(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "--min-peak" in proc.stdout
+
+
+def _image_like(tmp_path: Path) -> tuple[Path, Path]:
+    """An /opt/envbuild and an /opt/venv in miniature, with the manifest the build step writes."""
+    from envbuild.smoke.inside import manifest
+
+    venv = tmp_path / "venv"
+    (venv / "lib" / "site-packages" / "numpy").mkdir(parents=True)
+    (venv / "lib" / "site-packages" / "numpy" / "__init__.py").write_text("x = 1\n")
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").symlink_to("/usr/bin/python3")
+    folder = tmp_path / "envbuild"
+    folder.mkdir()
+    (folder / "expect.json").write_text("{}")
+    assert manifest.main(["--root", str(venv), "--write", str(folder / "manifest.json")]) == 0
+    return venv, folder
+
+
+def test_the_manifest_digest_is_the_same_for_the_same_files_and_changes_with_them(tmp_path: Path) -> None:
+    from envbuild.smoke.inside import manifest
+
+    venv, folder = _image_like(tmp_path)
+    first = (folder / "env-digest").read_text().strip()
+    assert len(first) == 64 and first == manifest.digest(json.loads((folder / "manifest.json").read_text()))
+    assert manifest.main(["--root", str(venv), "--write", str(folder / "manifest.json")]) == 0
+    assert (folder / "env-digest").read_text().strip() == first  # rebuilt from the same files: same digest
+    (venv / "lib" / "site-packages" / "numpy" / "__init__.py").write_text("x = 2\n")
+    manifest.main(["--root", str(venv), "--write", str(folder / "manifest.json")])
+    assert (folder / "env-digest").read_text().strip() != first
+
+
+def test_the_integrity_check_names_changed_added_and_removed_files(tmp_path: Path) -> None:
+    from envbuild.smoke.inside import integrity
+
+    venv, folder = _image_like(tmp_path)
+    ctx = _ctx(expect_path=str(folder / "expect.json"))
+    r = Result("integrity")
+    integrity.check_integrity(ctx, r)
+    assert r.facts["files"] == 2 and len(r.facts["env_digest"]) == 64
+    (venv / "lib" / "site-packages" / "numpy" / "__init__.py").write_text("x = 1  # patched\n")
+    (venv / "lib" / "site-packages" / "extra.py").write_text("")
+    with pytest.raises(CheckFailed) as failed:
+        integrity.check_integrity(ctx, Result("integrity"))
+    assert "1 file(s) changed (lib/site-packages/numpy/__init__.py)" in failed.value.reason
+    assert "1 file(s) added (lib/site-packages/extra.py)" in failed.value.reason
+    (venv / "bin" / "python").unlink()
+    with pytest.raises(CheckFailed, match=r"1 file\(s\) removed \(bin/python\)"):
+        integrity.check_integrity(ctx, Result("integrity"))
+
+
+def test_the_integrity_check_skips_where_no_build_manifest_is(tmp_path: Path) -> None:
+    from envbuild.smoke.inside import integrity
+
+    (tmp_path / "expect.json").write_text("{}")
+    with pytest.raises(Skip, match="no build manifest"):
+        integrity.check_integrity(_ctx(expect_path=str(tmp_path / "expect.json")), Result("integrity"))

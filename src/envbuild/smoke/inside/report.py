@@ -18,6 +18,7 @@ from typing import Any
 from .compiled import check_compile, check_export
 from .core import DEFAULT_EXPECT, REPORT_VERSION, CheckFailed, Context, Result, Skip
 from .gpu import check_cudnn, check_gpu
+from .integrity import check_integrity
 from .perf import check_perf
 from .train import check_amp, check_dataloader, check_ddp, check_determinism
 from .usercheck import run_script
@@ -25,6 +26,7 @@ from .versions import check_libs, check_versions
 
 CHECKS: list[tuple[str, Callable[[Context, Result], None]]] = [
     ("versions", check_versions),
+    ("integrity", check_integrity),
     ("libs", check_libs),
     ("gpu", check_gpu),
     ("cudnn", check_cudnn),

@@ -1,0 +1,97 @@
+"""Check: the environment is the one the image was built with. Every file under the venv is hashed
+and compared with the manifest the build wrote; a changed, added or removed file fails the check
+and is named with the distribution it belongs to."""
+
+from __future__ import annotations
+
+import json
+import os
+import sysconfig
+from importlib import metadata
+from typing import Any
+
+from .core import CheckFailed, Context, Result, Skip, _canon
+from .manifest import DIGEST, MANIFEST, scan
+
+SHOWN = 5
+
+
+def _owners(root: str) -> dict[str, str]:
+    """{file relative to root: distribution} from each distribution's RECORD (byte code too)."""
+    owners: dict[str, str] = {}
+    for dist in metadata.distributions(path=[sysconfig.get_paths()["purelib"]]):
+        name = _canon(dist.metadata["Name"] or "?")
+        for f in dist.files or []:
+            full = os.path.realpath(str(dist.locate_file(f)))
+            rel = os.path.relpath(full, os.path.realpath(root))
+            owners[rel] = name
+    return owners
+
+
+def _owner(rel: str, owners: dict[str, str]) -> str:
+    if rel in owners:
+        return owners[rel]
+    folder, name = os.path.split(rel)
+    if os.path.basename(folder) == "__pycache__":  # x.cpython-311.pyc belongs to the owner of x.py
+        source = os.path.join(os.path.dirname(folder), name.split(".", 1)[0] + ".py")
+        if source in owners:
+            return owners[source]
+    return "(no distribution)"
+
+
+def _by_owner(paths: list[str], owners: dict[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for rel in sorted(paths):
+        grouped.setdefault(_owner(rel, owners), []).append(rel)
+    return grouped
+
+
+def _say(kind: str, grouped: dict[str, list[str]]) -> str:
+    return "; ".join(
+        f"{dist}: {len(files)} file(s) {kind} ({', '.join(files[:SHOWN])}{', ...' if len(files) > SHOWN else ''})"
+        for dist, files in sorted(grouped.items())
+    )
+
+
+def check_integrity(ctx: Context, r: Result) -> None:
+    # beside expect.json: the image's /opt/envbuild; a local run's folder has none
+    folder = os.path.dirname(ctx.expect_path or MANIFEST)
+    manifest_path, digest_path = (
+        os.path.join(folder, os.path.basename(MANIFEST)),
+        os.path.join(folder, os.path.basename(DIGEST)),
+    )
+    if ctx.local or not os.path.isfile(manifest_path):
+        raise Skip("no build manifest here (only images envbuild built carry one)")
+    with open(manifest_path, encoding="utf-8") as fh:
+        manifest: dict[str, Any] = json.load(fh)
+    with open(digest_path, encoding="utf-8") as fh:
+        r.facts["env_digest"] = fh.read().strip()
+    root = str(manifest["root"])
+    recorded: dict[str, list[Any]] = manifest["files"]
+    current = scan(root)
+    r.facts["files"] = len(current)
+    changed = [p for p, v in recorded.items() if p in current and current[p] != v]
+    removed = [p for p in recorded if p not in current]
+    added = [p for p in current if p not in recorded]
+    if not (changed or removed or added):
+        return
+    owners = _owners(root)
+    locked = {_canon(k) for k in (ctx.expect.get("packages") or {})}
+    problems = []
+    if changed:
+        problems.append(_say("changed", _by_owner(changed, owners)))
+    if removed:
+        problems.append(_say("removed", _by_owner(removed, owners)))
+    added_by = _by_owner(added, owners)
+    if ctx.lock_match == "pins":
+        # a derived image's own packages: listed, not failed; files slipped into a locked one still fail
+        extra = {d: f for d, f in added_by.items() if d not in locked and d != "(no distribution)"}
+        r.facts["added_distributions"] = sorted(extra)
+        added_by = {d: f for d, f in added_by.items() if d not in extra}
+    if added_by:
+        problems.append(_say("added", added_by))
+    if problems:
+        raise CheckFailed(
+            "the environment differs from the image's build manifest: " + "; ".join(problems),
+            ctx.environment_remedy(),
+        )

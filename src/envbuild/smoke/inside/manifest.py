@@ -1,0 +1,81 @@
+"""The environment's manifest: every file under the venv with its mode and sha256, and the OS
+packages with their versions. Written once at build time (`python -m envbuild_smoke.manifest`),
+read by the integrity check; its digest is the image's io.envbuild.env-digest label."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from typing import Any
+
+MANIFEST = "/opt/envbuild/manifest.json"
+DIGEST = "/opt/envbuild/env-digest"
+VENV = "/opt/venv"
+MANIFEST_VERSION = 1
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def scan(root: str) -> dict[str, list[Any]]:
+    """{path relative to root: [mode, sha256 or link target]} for every file and link under root."""
+    files: dict[str, list[Any]] = {}
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                files[rel] = ["link", os.readlink(path)]
+            elif stat.S_ISREG(st.st_mode):
+                files[rel] = [oct(stat.S_IMODE(st.st_mode)), _sha256(path)]
+    return files
+
+
+def os_packages() -> dict[str, str]:
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Package}=${Version}\\n"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def build(root: str = VENV) -> dict[str, Any]:
+    return {"version": MANIFEST_VERSION, "root": root, "files": scan(root), "os_packages": os_packages()}
+
+
+def digest(manifest: dict[str, Any]) -> str:
+    """sha256 of the manifest's canonical JSON: equal for two environments with equal files and packages."""
+    blob = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envbuild_smoke.manifest")
+    parser.add_argument("--root", default=VENV)
+    parser.add_argument("--write", default=MANIFEST, help="where the manifest goes (its digest goes beside it)")
+    args = parser.parse_args(argv)
+    manifest = build(args.root)
+    with open(args.write, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, sort_keys=True, separators=(",", ":"))
+    with open(os.path.join(os.path.dirname(args.write), "env-digest"), "w", encoding="utf-8") as fh:
+        fh.write(digest(manifest) + "\n")
+    print(f"manifest: {len(manifest['files'])} files, {len(manifest['os_packages'])} OS packages", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
