@@ -84,6 +84,7 @@ class Context:
     platform: str
     labels: dict[str, str]
     wheels: tuple[str, ...]
+    epoch: int = 0  # SOURCE_DATE_EPOCH of this build (the lockfile's commit time unless set)
 
     @property
     def dockerfile(self) -> Path:
@@ -277,4 +278,4 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     for path in sorted(ctx.rglob("*")):
         if not path.is_symlink():
             os.utime(path, (epoch, epoch))
-    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels))
+    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch)

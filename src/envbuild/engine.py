@@ -6,6 +6,7 @@ envbuild errors that say where envbuild looked and what to do about it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -93,6 +94,30 @@ def client(timeout: int = 600) -> Any:
     return cli
 
 
+def read_file(cli: Any, image: str, path: str) -> str:
+    """A small text file of an image, read through a container that is created, never started, and
+    removed; "" when the image has no such file."""
+    import io
+    import tarfile
+
+    import docker
+
+    try:
+        container = cli.containers.create(image, ["true"])
+    except docker.errors.APIError:
+        return ""
+    try:
+        stream, _ = container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            return member.read().decode("utf-8", "replace") if member else ""
+    except (docker.errors.APIError, tarfile.TarError, IndexError):
+        return ""
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+
+
 def ensure_image(cli: Any, ref: str, *, pull: bool = False, events: Any = None) -> str:
     """The image ID of `ref`, pulling it when missing (or when asked); BaseImageError otherwise."""
     import docker
@@ -121,6 +146,8 @@ _LAYER_DONE = frozenset({"Pull complete", "Already exists", "Pushed", "Layer alr
 # Statuses whose byte counts are the transfer itself (extracting re-reads what was downloaded).
 _LAYER_MOVING = frozenset({"Downloading", "Pushing"})
 _LAYER_QUEUED = frozenset({"Pulling fs layer", "Waiting", "Preparing"})
+# Statuses after which a layer's bytes have all arrived (pull) or been accepted (push).
+_LAYER_TRANSFERRED = _LAYER_DONE | {"Download complete", "Verifying Checksum", "Extracting"}
 
 
 class Transfer:
@@ -146,9 +173,12 @@ class Transfer:
         self._status[layer] = status
         detail = chunk.get("progressDetail") or {}
         if status in _LAYER_MOVING and detail.get("total"):
-            self._moved[layer] = int(detail.get("current") or 0)
             self._size[layer] = int(detail["total"])
-        elif layer in self._size and status not in _LAYER_MOVING:
+            # the engine's count can run past the total on a resent chunk: never over 100%
+            self._moved[layer] = min(int(detail.get("current") or 0), self._size[layer])
+        elif status.startswith("Retrying"):
+            self._moved[layer] = 0  # a retried layer is sent again from the start: not "moved" yet
+        elif layer in self._size and status in _LAYER_TRANSFERRED:
             self._moved[layer] = self._size[layer]  # downloaded or pushed in full
         if status == "Extracting" and detail.get("total"):
             self._extracted[layer] = (int(detail.get("current") or 0), int(detail["total"]))

@@ -153,6 +153,17 @@ def _rule_python(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, ro
     ld.add("error", "python", msg, fix, py)
 
 
+def _rename_too(data: dict[str, Any], old: str, new: str) -> str:
+    """When the name carries the version being changed, the fix says both steps at once (a name that
+    says cu124 with cuda "12.1" would be the next error)."""
+    name = data.get("name")
+    parts = name_parts(name) if isinstance(name, str) else None
+    if parts is None or parts.version is None or parts.version.replace(".", "") != old.replace(".", ""):
+        return ""
+    renamed = name.replace(parts.token, f"cu{new.replace('.', '')}", 1) if isinstance(name, str) else ""
+    return f" and rename the profile to {renamed} (its file and `name:`),"
+
+
 def _rule_build(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease) -> None:
     db = compat.load()
     accel = _str(data, "accelerator", bad)
@@ -172,7 +183,8 @@ def _rule_build(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row
         elif cuda not in row.cuda_builds:
             alt = _range_hint(db.releases_with_cuda(cuda), torch)
             has = ", ".join(row.cuda_builds)
-            fix = f'use cuda "{_closest(row.cuda_builds, cuda)}"' + (f" or {alt}" if alt else "")
+            closest = _closest(row.cuda_builds, cuda)
+            fix = f'use cuda "{closest}"' + _rename_too(data, cuda, closest) + (f" or {alt}" if alt else "")
             ld.add("error", "cuda", f"torch {torch} has no CUDA {cuda} build (it has {has})", fix, cuda)
         elif db.driver_floor(cuda) is None:
             msg = f"no driver floor known for CUDA {cuda}"

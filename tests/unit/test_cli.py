@@ -399,7 +399,7 @@ def test_a_python_that_cannot_run_is_a_usage_error(
     ("args", "message", "hint"),
     [
         (["--python", "python3"], "--python goes with --local", "envbuild smoke --local cpu-py311 --python python3"),
-        (["--lock-match", "none"], "--lock-match goes with --local", "envbuild smoke --local cpu-py311 --lock-match"),
+        (["--lock-match", "loose"], "--lock-match 'loose': use exact, pins or none", "envbuild smoke"),
         (["--local", "--shm-size", "8g"], "--shm-size is for a run in a container", "smoke cpu-py311 --shm-size 8g"),
         (["--local", "--ipc-host"], "--ipc-host is for a run in a container", "envbuild smoke cpu-py311 --ipc-host"),
         (["--local", "--tag", "reg/x"], "--tag is for a run in a container", "envbuild smoke cpu-py311 --tag reg/x"),

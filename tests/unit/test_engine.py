@@ -123,3 +123,15 @@ def test_retries_and_transfers_reach_the_terminal(
     quiet = step_printer(as_json=True)
     quiet("retry", "push x", "attempt 1 failed")
     assert capsys.readouterr().err == ""
+
+
+def test_push_progress_never_counts_a_retried_layer_as_sent_nor_passes_100_percent() -> None:
+    """Seen: "1,113 MB of 1,113 MB moved" for 50 s while the engine retried, and "1,124 MB of 1,113 MB"."""
+    from envbuild.engine import Transfer
+
+    t = Transfer()
+    mb = 1024 * 1024
+    over = t.feed({"id": "a", "status": "Pushing", "progressDetail": {"current": 600 * mb, "total": 500 * mb}})
+    assert over == "0 of 1 layers done, 524 MB of 524 MB moved"  # capped: never past the total
+    assert t.feed({"id": "a", "status": "Retrying in 5 seconds"}) == "0 of 1 layers done, 0 MB of 524 MB moved"
+    assert t.feed({"id": "a", "status": "Pushed"}) == "1 of 1 layers done, 524 MB of 524 MB moved"

@@ -181,3 +181,12 @@ def test_an_unset_variable_in_find_links_means_no_wheelhouse(
     plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"))
     assert plan.source.find_links == ()
     assert plan.notes == ("envbuild.toml: ${ENVBUILD_TEST_UNSET} names an unset variable: no wheelhouse from it",)
+
+
+def test_a_wrong_cuda_in_a_name_that_carries_it_gets_both_fixes_at_once(write_profile: Callable[..., Path]) -> None:
+    """`validate` said "use cuda 12.1" for cu124-py311 with torch 2.3.1, then complained the name says 12.4."""
+    from envbuild import validate
+
+    path = write_profile("cu124-py311", name="cu124-py311", cuda="12.4")
+    errors = [d.render() for d in validate.check(path).errors]
+    assert any('use cuda "12.1" and rename the profile to cu121-py311' in e for e in errors), errors

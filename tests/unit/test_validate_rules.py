@@ -54,7 +54,8 @@ def test_cuda_build_that_does_not_exist(write_profile: Callable[..., Path]) -> N
     msg = only_error(write_profile(torch="2.0.1", torchvision="0.15.2"))
     assert msg == (
         "cu121-py311.yaml:3: cuda: torch 2.0.1 has no CUDA 12.1 build (it has 11.7, 11.8); "
-        'use cuda "11.8" or torch 2.1-2.5'
+        # the name says cu121 too: both steps of that fix at once (issue 24), not one error after the other
+        'use cuda "11.8" and rename the profile to cu118-py311 (its file and `name:`), or torch 2.1-2.5'
     )
 
 

@@ -192,6 +192,10 @@ def smoke(
     from envbuild.smoke import host
 
     _check_positive_seconds("--timeout", timeout, 600)
+    if lock_match is not None and lock_match not in {"exact", "pins", "none"}:
+        raise UsageError(
+            f"--lock-match {lock_match!r}: use exact, pins or none", hint="e.g. envbuild smoke IMAGE --lock-match pins"
+        )
     if min_peak is not None and not 0 < min_peak <= 100:
         raise UsageError(
             f"--min-peak {min_peak:g}: a percentage of the datasheet peak, 0-100", hint="e.g. --min-peak 60"
@@ -237,6 +241,7 @@ def smoke(
             shm_size=SMOKE_SHM_SIZE if shm_size is None else shm_size,
             ipc_host=ipc_host,
             min_peak=min_peak,
+            lock_match=lock_match,
         )
     _print_smoke(report)
     if json_file:
@@ -260,10 +265,8 @@ def _check_smoke_mode(
 
     name = target or "NAME"
     if not local:
-        for option, value, why in (
-            ("--python", python, "an image runs its own interpreter"),
-            ("--lock-match", lock_match, "an image is checked against the lockfile it was built from"),
-        ):
+        # --lock-match does go with an image: `pins` checks a derived image (FROM it + pip install)
+        for option, value, why in (("--python", python, "an image runs its own interpreter"),):
             if value is not None:
                 raise UsageError(
                     f"{option} goes with --local: {why}", hint=f"envbuild smoke --local {name} {option} {value}"

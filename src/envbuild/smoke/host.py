@@ -111,6 +111,7 @@ def run_in_image(
     ipc_host: bool = False,
     check_timeout: float = 120.0,
     min_peak: float | None = None,
+    lock_match: str | None = None,
     shown: str | None = None,
 ) -> dict[str, Any]:
     """Run envbuild-smoke in a fresh container; the container is always removed.
@@ -122,6 +123,8 @@ def run_in_image(
     command = [SMOKE_COMMAND, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
     if min_peak is not None:
         command += ["--min-peak", str(min_peak)]
+    if lock_match is not None:
+        command += ["--lock-match", lock_match]
     kwargs: dict[str, Any] = {}
     if ipc_host:
         kwargs["ipc_mode"] = "host"
@@ -317,6 +320,7 @@ def smoke_image(
     shm_size: str | None = SMOKE_SHM_SIZE,
     ipc_host: bool = False,
     min_peak: float | None = None,
+    lock_match: str | None = None,
 ) -> dict[str, Any]:
     """`smoke NAME|IMAGE`: a profile's image (as `build.profile_image` finds it) or any image.
 
@@ -342,6 +346,7 @@ def smoke_image(
         ipc_host=ipc_host,
         shown=ref,
         min_peak=min_peak,
+        lock_match=lock_match,
     )
     report["ref"] = ref
     if prof is not None:
