@@ -62,3 +62,22 @@ def test_a_file_changed_inside_the_image_fails_the_integrity_check_naming_its_di
     reason = _check(report, "integrity")["reason"]
     assert "numpy: 1 file(s) changed (lib/python3.11/site-packages/numpy/__init__.py)" in reason
     assert _check(built_cpu["smoke"], "integrity")["status"] == "pass"
+
+
+def test_diff_names_what_a_derived_image_added_and_agrees_with_the_lockfile(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path
+) -> None:
+    extra = "RUN echo 'x = 1' > /opt/venv/lib/python3.11/site-packages/extra_module.py"
+    image = derived(docker_client, built_cpu["image_id"], "USER root", extra, "USER 1000:1000")
+    try:
+        res = envbuild("diff", built_cpu["image_id"], image.id, "--json", cwd=e2e_project)
+        assert res.returncode == 1, res.stderr
+        found = json.loads(res.stdout)
+        assert found["file_counts"]["only_b"] == 1
+        assert found["files"]["only_b"] == ["lib/python3.11/site-packages/extra_module.py"]
+        # the image against its own profile's lockfile: the same distributions
+        res = envbuild("diff", built_cpu["image_id"], "cpu-py311", cwd=e2e_project)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "the same environment" in res.stdout
+    finally:
+        docker_client.images.remove(image.id, force=True)

@@ -63,6 +63,38 @@ def status(
         output.err().print(f"note: {note}")
 
 
+@app.command("diff")
+def diff_(
+    a: Annotated[str, typer.Argument(help="An image (REPO:TAG, ID) or a profile (its lockfile).")],
+    b: Annotated[str, typer.Argument(help="The other image or profile.")],
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> int:
+    """What differs between two images, or an image and a profile's lockfile: distributions, OS packages, files."""
+    from envbuild import diff as diff_mod
+
+    found = diff_mod.diff(project_at(project), a, b)
+    if as_json:
+        output.emit_json(found.as_dict())
+        return 0 if found.same else 1
+    con = output.out()
+    if found.same:
+        con.print(f"{a} and {b}: the same environment")
+        return 0
+    rows = [[str(c["name"]), c["a"] or "-", c["b"] or "-"] for c in found.distributions]
+    if rows:
+        con.print(output.table("Python distributions", ["name", a, b], rows))
+    rows = [[str(c["name"]), c["a"] or "-", c["b"] or "-"] for c in found.os_packages]
+    if rows:
+        con.print(output.table("OS packages", ["name", a, b], rows))
+    for key, what in (("changed", "changed"), ("only_a", f"only in {a}"), ("only_b", f"only in {b}")):
+        count = found.file_counts.get(key, 0)
+        if count:
+            shown = ", ".join(found.files[key][:5]) + (", ..." if count > 5 else "")
+            con.print(f"files {what}: {count} ({shown})")
+    return 1
+
+
 @app.command("matrix")
 def matrix_(
     fmt: Annotated[str, typer.Option("--format", help="github, json or bake.")] = "github",

@@ -67,8 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envbuild_smoke.manifest")
     parser.add_argument("--root", default=VENV)
     parser.add_argument("--write", default=MANIFEST, help="where the manifest goes (its digest goes beside it)")
+    parser.add_argument("--stdout", action="store_true", help="print the environment as it is now; write nothing")
     args = parser.parse_args(argv)
     manifest = build(args.root)
+    if args.stdout:
+        print(json.dumps(manifest, sort_keys=True, separators=(",", ":")))
+        return 0
     with open(args.write, "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, sort_keys=True, separators=(",", ":"))
     with open(os.path.join(os.path.dirname(args.write), "env-digest"), "w", encoding="utf-8") as fh:
