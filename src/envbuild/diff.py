@@ -18,7 +18,8 @@ from envbuild.errors import ImageMissing, UsageError
 from envbuild.names import MANIFEST_PATH, canonical
 from envbuild.project import Project
 
-_DIST_INFO = re.compile(r"(?:^|/)([A-Za-z0-9_.]+)-([^/-]+)\.dist-info/METADATA$")
+# only installed distributions: directly in site-packages (setuptools vendors its own dist-info deeper)
+_DIST_INFO = re.compile(r"(?:^|/)site-packages/([A-Za-z0-9_.]+)-([^/-]+)\.dist-info/METADATA$")
 SHOWN = 20
 
 

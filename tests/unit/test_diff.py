@@ -46,3 +46,11 @@ def test_an_image_and_its_lockfile_agree_despite_the_venvs_own_pip() -> None:
 def test_the_image_paths_are_one_fact_in_two_packages() -> None:
     # the in-image package cannot import envbuild: its copies of the paths must stay equal
     assert (manifest.MANIFEST, manifest.DIGEST) == (MANIFEST_PATH, ENV_DIGEST_PATH)
+
+
+def test_vendored_dist_info_folders_are_not_distributions() -> None:
+    files = {
+        **_files(setuptools="75.0"),
+        "lib/python3.11/site-packages/setuptools/_vendor/jaraco.text-4.0.0.dist-info/METADATA": ["0o644", "x"],
+    }
+    assert diff.distributions_of(files) == {"setuptools": "75.0"}
