@@ -15,7 +15,7 @@ from typing import Any
 from envbuild import engine, freshness, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import ImageMissing, UsageError
-from envbuild.names import MANIFEST_PATH, canonical
+from envbuild.names import LABEL_PROFILE, MANIFEST_PATH, canonical
 from envbuild.project import Project
 
 # only installed distributions: directly in site-packages (setuptools vendors its own dist-info deeper)
@@ -30,6 +30,7 @@ class Side:
     distributions: dict[str, str]
     os_packages: dict[str, str] | None = None  # None: not known (a lockfile says nothing of them)
     files: dict[str, list[Any]] | None = None
+    profile: str | None = None  # the profile the lockfile or image is of, where known
 
 
 @dataclass
@@ -80,13 +81,14 @@ def _image_side(project: Project, ref: str) -> Side:
         raise UsageError(f"{ref}: its environment could not be scanned: {exc.explanation or exc}") from exc
     manifest = json.loads(out.decode())
     files: dict[str, list[Any]] = manifest["files"]
-    return Side(ref, "image", distributions_of(files), dict(manifest.get("os_packages") or {}), files)
+    profile = (image.labels or {}).get(LABEL_PROFILE)
+    return Side(ref, "image", distributions_of(files), dict(manifest.get("os_packages") or {}), files, profile)
 
 
 def _lock_side(project: Project, name: str) -> Side:
     prof = validate.load_named(project, name)
     snap = freshness.require_fresh(project, plan_mod.make(project, prof, strict=False))
-    return Side(f"{name} (lockfile)", "lockfile", {p.name: p.version for p in snap.pins.values()})
+    return Side(f"{name} (lockfile)", "lockfile", {p.name: p.version for p in snap.pins.values()}, profile=name)
 
 
 def side(project: Project, target: str) -> Side:

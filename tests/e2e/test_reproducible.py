@@ -81,3 +81,16 @@ def test_diff_names_what_a_derived_image_added_and_agrees_with_the_lockfile(
         assert "the same environment" in res.stdout
     finally:
         docker_client.images.remove(image.id, force=True)
+
+
+def test_the_sbom_of_an_image_lists_its_distributions_with_hashes_and_its_os_packages(
+    built_cpu: dict[str, Any], e2e_project: Path
+) -> None:
+    res = envbuild("sbom", built_cpu["image_id"], cwd=e2e_project)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    parts = {c["purl"].split("@")[0]: c for c in doc["components"]}
+    assert parts["pkg:pypi/torch"]["version"] == "2.13.0+cpu" and parts["pkg:pypi/torch"]["hashes"]
+    assert parts["pkg:pypi/numpy"]["version"] == "2.1.3" and parts["pkg:pypi/numpy"]["hashes"]
+    debs = {c["name"] for c in doc["components"] if c["purl"].startswith("pkg:deb/")}
+    assert {"python3.11", "g++"} <= debs  # the OS packages the image holds

@@ -95,6 +95,26 @@ def diff_(
     return 1
 
 
+@app.command("sbom")
+def sbom_(
+    target: Annotated[str, typer.Argument(help="A profile (its lockfile) or an image.")],
+    output_file: Annotated[Path | None, typer.Option("--output", "-o", help="Write the document here.")] = None,
+    project: ProjectOpt = None,
+) -> None:
+    """A CycloneDX SBOM: every Python distribution (and, for an image, OS package) with version, hashes, source."""
+    from envbuild import fsutil
+    from envbuild import sbom as sbom_mod
+
+    if output_file is not None:
+        fsutil.check_writable(output_file)
+    text = sbom_mod.sbom(project_at(project), target)
+    if output_file is None:
+        sys.stdout.write(text)
+        return
+    fsutil.atomic_write_many({output_file: text})
+    output.err().print(f"wrote {output_file}")
+
+
 @app.command("matrix")
 def matrix_(
     fmt: Annotated[str, typer.Option("--format", help="github, json or bake.")] = "github",
