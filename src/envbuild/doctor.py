@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from envbuild import compat
+from envbuild import compat, validate
 from envbuild.errors import EngineUnavailable
 from envbuild.profile import Profile
 from envbuild.project import Project
@@ -34,6 +34,7 @@ class HostReport:
     shm_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
     profiles: list[dict[str, Any]] = field(default_factory=list)
+    network: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,8 +109,6 @@ def inspect_host() -> HostReport:
 
 
 def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
-    from envbuild import validate
-
     out = []
     for prof in (validate.load_named(project, n) for n in project.profile_names()):
         ok, why = _verdict(prof, report)
@@ -170,9 +169,46 @@ def disk_note(report: HostReport) -> str | None:
     return engine.disk_note(report.engine.get("data_root"), report.engine.get("free_bytes"), heaviest)
 
 
-def doctor(project: Project) -> HostReport:
+def registry_url(image: str) -> str:
+    """The registry API root an image reference is pulled from (Docker Hub for a bare name)."""
+    first = image.split("/", 1)[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return f"https://{first}/v2/"
+    return "https://registry-1.docker.io/v2/"
+
+
+def network(project: Project) -> list[dict[str, Any]]:
+    """Reachability of what a first build fetches: the package index, each profile's PyTorch index,
+    each base image's registry; and whether TLS to them is intercepted."""
+    from envbuild import plan as plan_mod
+    from envbuild import reach
+    from envbuild.names import PYPI_SIMPLE
+
+    targets: dict[str, tuple[str, str]] = {
+        (project.config.index_url or PYPI_SIMPLE).rstrip("/") + "/": (
+            "package index",
+            "point --index-url (or index_url in envbuild.toml) at a mirror you reach, or --find-links DIR",
+        )
+    }
+    for prof in (p for p in validate.load_all(project).values() if isinstance(p, Profile)):
+        plan = plan_mod.make(project, prof, strict=False)
+        if plan.source.route == "index":
+            targets.setdefault(
+                plan.source.canonical_index.rstrip("/") + "/",
+                (f"PyTorch index ({prof.build_tag})", "--torch-index MIRROR, or --find-links DIR with the wheels"),
+            )
+        targets.setdefault(
+            registry_url(plan.base.image),
+            ("base image registry", "--base IMAGE from a registry you reach (or base in envbuild.toml)"),
+        )
+    return [reach.probe(url, what, fix).as_dict() for url, (what, fix) in targets.items()]
+
+
+def doctor(project: Project, *, check_network: bool = True) -> HostReport:
     report = inspect_host()
     report.profiles = verdicts(project, report)
+    if check_network:
+        report.network = network(project)
     note = disk_note(report)
     if note:
         report.notes.insert(0, note)

@@ -183,6 +183,13 @@ def test_doctor_reports_no_gpu_without_failing() -> None:
     assert (
         verdicts["cu121-py311"]["runs_here"] is False and verdicts["cu121-py311"]["why"] == "no NVIDIA GPU on this host"
     )
+    # what a first build fetches, probed for real: PyPI answers (directly, or through an intercepting
+    # proxy, which says to pass --ca-bundle)
+    network = {n["url"]: n for n in report["network"]}
+    pypi = network["https://pypi.org/simple/"]
+    assert pypi["state"] in {"reachable", "intercepted"}, pypi
+    assert pypi["state"] == "reachable" or "--ca-bundle" in pypi["fix"]
+    assert "https://download.pytorch.org/whl/cpu/" in network  # cpu-py312 locks from the PyTorch CPU index
 
 
 def test_run_passes_the_exit_code_and_mounts_the_folder(

@@ -80,3 +80,40 @@ def test_the_disk_note_is_sized_by_the_projects_heaviest_build() -> None:
     assert "a ROCm build needs about 40 GB" in (doctor.disk_note(rocm) or "")
     remote = doctor.HostReport(engine={"reachable": True, "data_root": "/x", "free_bytes": None})
     assert doctor.disk_note(remote) is None  # an engine elsewhere: its disk is not this machine's to read
+
+
+def test_network_probes_tell_reachable_intercepted_and_unreachable_apart() -> None:
+    """doctor checked the engine, disk and GPUs, not what blocks a first build: the indexes and TLS."""
+    import socket
+    import ssl
+    import urllib.error
+
+    from envbuild import reach
+
+    def public_ok(url: str, ctx: ssl.SSLContext) -> None:
+        return None
+
+    def no_dns(url: str, ctx: ssl.SSLContext) -> None:
+        raise urllib.error.URLError(socket.gaierror(-2, "Name or service not known"))
+
+    assert reach.probe("https://x/", "package index", "f", opener=public_ok).state == "reachable"
+    found = reach.probe("https://x/", "package index", "use a mirror", opener=no_dns)
+    assert (found.state, found.detail, found.fix) == ("unreachable", "the name does not resolve (DNS)", "use a mirror")
+    calls: list[int] = []
+
+    def proxy(url: str, ctx: ssl.SSLContext) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the public CAs refuse it; this machine's store (the second try) accepts it
+            raise urllib.error.URLError(ssl.SSLCertVerificationError(1, "self-signed certificate in certificate chain"))
+
+    found = reach.probe("https://x/", "package index", "f", opener=proxy)
+    assert found.state == "intercepted" and "--ca-bundle /etc/ssl/certs/ca-certificates.crt" in found.fix
+
+
+def test_the_registry_of_a_base_image() -> None:
+    from envbuild.doctor import registry_url
+
+    assert registry_url("debian:bookworm-slim@sha256:" + "0" * 64) == "https://registry-1.docker.io/v2/"
+    assert registry_url("nvidia/cuda:12.1.0-devel") == "https://registry-1.docker.io/v2/"
+    assert registry_url("ghcr.io/acme/base:1") == "https://ghcr.io/v2/"
+    assert registry_url("localhost:5000/base") == "https://localhost:5000/v2/"

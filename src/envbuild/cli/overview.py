@@ -163,12 +163,16 @@ def ci_github(
 
 
 @app.command()
-def doctor(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
-    """Check this host: engine, driver, GPUs, container runtime, /dev/shm, and which profiles run here."""
+def doctor(
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+    no_network: Annotated[bool, typer.Option("--no-network", help="Skip the index and registry checks.")] = False,
+) -> None:
+    """Check this host: engine, driver, GPUs, runtime, /dev/shm, the indexes and registries, which profiles run."""
     from envbuild import doctor as d
 
     proj = project_at(project)
-    report = d.doctor(proj)
+    report = d.doctor(proj, check_network=not no_network)
     if as_json:
         output.emit_json(report.as_dict())
         return
@@ -192,6 +196,9 @@ def doctor(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     con.print(f"shared memory (/dev/shm): {shm}")
     for note in report.notes:
         con.print(f"note: {note}")
+    for net in report.network:
+        line = f"{net['what']}: {net['state']} ({net['url']}): {net['detail']}"
+        con.print(line + (f"\n  fix: {net['fix']}" if net["fix"] else ""))
     con.print(
         output.table(
             None,
