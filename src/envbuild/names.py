@@ -42,6 +42,7 @@ LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
 LABEL_CONTENT_DIGEST = f"{LABEL_NS}.content-digest"  # lockfile + image digest: what the NAME-<12 hex> tag names
 LABEL_ENV_DIGEST = f"{LABEL_NS}.env-digest"  # sha256 of the build manifest: equal environments, equal digests
 ENV_DIGEST_PATH = "/opt/envbuild/env-digest"  # written by the image's manifest step
+EXPECT_PATH = "/opt/envbuild/expect.json"  # what the smoke test expects: versions and the lock's pins
 MANIFEST_PATH = "/opt/envbuild/manifest.json"  # every environment file's mode and sha256, the OS packages
 LABEL_FLAVOR = f"{LABEL_NS}.flavor"
 LABEL_PYTHON = f"{LABEL_NS}.python"

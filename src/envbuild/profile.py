@@ -88,10 +88,18 @@ class _Pattern:
     regex: re.Pattern[str]
     what: str
     example: str
+    package: str = ""  # a release field: a bare series ("2.10") gets a fix that names how to find its newest
 
     def check(self, value: str) -> str:
         if not self.regex.fullmatch(value):
-            raise _fail(f"{value[:80]!r} is not {self.what}", f"write it like {self.example}")
+            fix = f"write it like {self.example}"
+            if self.package and re.fullmatch(r"\d+\.\d+", value):
+                fix = (
+                    f'name a release of the {value} series ("{value}.0" is its first); '
+                    f"`envbuild outdated` names the newest {value}.x of a locked profile, "
+                    f"`envbuild new NAME --{self.package} {value}` picks it for a new one"
+                )
+            raise _fail(f"{value[:80]!r} is not {self.what}", fix)
         return value
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
@@ -202,12 +210,12 @@ class Profile(BaseModel):
     python: Annotated[str, _Pattern(PYTHON_RE, "a Python version", '"3.11"')] = _doc(
         "Python minor version, quoted: YAML reads 3.10 as 3.1.", _REQUIRED
     )
-    torch: Annotated[str, _Pattern(RELEASE_RE, "an exact torch release", '"2.3.1"')] = _doc(
+    torch: Annotated[str, _Pattern(RELEASE_RE, "an exact torch release", '"2.3.1"', "torch")] = _doc(
         'An exact torch release, quoted ("2.3.1").', _REQUIRED
     )
     torchvision: VersionOrAuto | None = _doc('An exact release, or "auto" for the one that matches torch.')
     torchaudio: VersionOrAuto | None = _doc('An exact release, or "auto" for the one that matches torch.')
-    numpy: Annotated[str, _Pattern(RELEASE_RE, "an exact numpy release", '"1.26.4"')] = _doc(
+    numpy: Annotated[str, _Pattern(RELEASE_RE, "an exact numpy release", '"1.26.4"', "numpy")] = _doc(
         'An exact numpy release, quoted ("1.26.4"); numpy 2 needs torch >= 2.3.', _REQUIRED
     )
     flavor: Literal["venv", "conda"] = _doc("venv (uv lockfiles) or conda (conda-lock format).", default="venv")

@@ -11,10 +11,11 @@ from typing import Any
 
 from envbuild import engine, freshness
 from envbuild import plan as plan_mod
-from envbuild.errors import PublishError, UsageError, VerifyError
+from envbuild.errors import EnvbuildError, PublishError, UsageError, VerifyError
 from envbuild.localimage import repository
 from envbuild.lockfile import lock_sha256
 from envbuild.names import (
+    EXPECT_PATH,
     LABEL_CONTENT_DIGEST,
     LABEL_IMAGE_DIGEST,
     LABEL_LOCK_SHA,
@@ -232,6 +233,9 @@ def pull(
     pulled_digest = repo_digests[0].split("@", 1)[1] if repo_digests else (digest or "")
     labels = dict(image.labels or {})
     mismatches = compare(project, prof, labels)
+    if any(m.startswith("lockfile sha256") for m in mismatches):
+        # two hashes say that the lockfiles differ, not how: name the packages
+        mismatches += package_differences(cli, image.id, project, prof)
     if mismatches and verify:
         raise VerifyError(
             f"{ref} does not match the local profile and lockfile:\n  " + "\n  ".join(mismatches),
@@ -265,6 +269,24 @@ def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
     return [
         ("lockfile sha256", LABEL_LOCK_SHA, local_lock),
         ("image inputs digest", LABEL_IMAGE_DIGEST, plan.image_digest),
+    ]
+
+
+def package_differences(cli: Any, image_id: str, project: Project, prof: Profile) -> list[str]:
+    """The packages an image was locked with (its smoke expectations) against the local lockfile's."""
+    import json
+
+    text = engine.read_file(cli, image_id, EXPECT_PATH)
+    try:
+        theirs: dict[str, str] = dict(json.loads(text).get("packages") or {}) if text else {}
+        plan = plan_mod.make(project, prof, strict=False)
+        ours = {p.name: p.version for p in freshness.require_fresh(project, plan).pins.values()}
+    except (ValueError, EnvbuildError):
+        return []
+    return [
+        f"{name}: image has {theirs.get(name, '(none)')}, local lockfile has {ours.get(name, '(none)')}"
+        for name in sorted(theirs.keys() | ours.keys())
+        if theirs.get(name) != ours.get(name)
     ]
 
 

@@ -71,7 +71,14 @@ def test_pull_verify_rejects_a_tampered_lock_label(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, registry: str, repo_name: str
 ) -> None:
     fake = "f" * 64
-    image = derived(docker_client, built_cpu["image_id"], f'LABEL io.envbuild.lock-sha256="{fake}"')
+    relock = (
+        "RUN python -c \"import json; p='/opt/envbuild/expect.json'; e=json.load(open(p)); "
+        "e['packages']['numpy']='2.1.2'; json.dump(e, open(p, 'w'))\""
+    )  # an image locked with another numpy
+    image = derived(
+        docker_client, built_cpu["image_id"], f'LABEL io.envbuild.lock-sha256="{fake}"', "USER root", relock,
+        "USER 1000:1000",
+    )  # fmt: skip
     repo = f"{repo_name}-tampered"
     image.tag(repo, tag="cpu-py311")
     target = f"{registry}/envbuild/tampered"
@@ -83,6 +90,8 @@ def test_pull_verify_rejects_a_tampered_lock_label(
         assert res.returncode == 9
         local = built_cpu["labels"]["io.envbuild.lock-sha256"]
         assert f"lockfile sha256: image has {fake}, local has {local}" in res.stderr
+        # and which packages differ, not only the two hashes (issue 24)
+        assert "numpy: image has 2.1.2, local lockfile has 2.1.3" in res.stderr
         res = envbuild("pull", "cpu-py311", "--registry", target, "--tag", repo, cwd=e2e_project)
         assert res.returncode == 0 and "warning: lockfile sha256" in res.stderr
     finally:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from envbuild import diff
-from envbuild.names import ENV_DIGEST_PATH, MANIFEST_PATH
+from envbuild.names import ENV_DIGEST_PATH, EXPECT_PATH, MANIFEST_PATH
 from envbuild.smoke.inside import manifest
+from envbuild.smoke.inside.core import DEFAULT_EXPECT
 
 
 def _files(**dists: str) -> dict[str, list[str]]:
@@ -46,6 +47,7 @@ def test_an_image_and_its_lockfile_agree_despite_the_venvs_own_pip() -> None:
 def test_the_image_paths_are_one_fact_in_two_packages() -> None:
     # the in-image package cannot import envbuild: its copies of the paths must stay equal
     assert (manifest.MANIFEST, manifest.DIGEST) == (MANIFEST_PATH, ENV_DIGEST_PATH)
+    assert DEFAULT_EXPECT == EXPECT_PATH
 
 
 def test_vendored_dist_info_folders_are_not_distributions() -> None:

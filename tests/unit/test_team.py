@@ -190,3 +190,14 @@ def test_a_wrong_cuda_in_a_name_that_carries_it_gets_both_fixes_at_once(write_pr
     path = write_profile("cu124-py311", name="cu124-py311", cuda="12.4")
     errors = [d.render() for d in validate.check(path).errors]
     assert any('use cuda "12.1" and rename the profile to cu121-py311' in e for e in errors), errors
+
+
+def test_a_torch_series_gets_a_fix_that_says_how_to_find_its_newest_release(
+    write_profile: Callable[..., Path],
+) -> None:
+    """`torch: "2.10"` was "not an exact release" without a word on which 2.10.x to write."""
+    from envbuild import validate
+
+    errors = [d.render() for d in validate.check(write_profile(torch="2.10")).errors]
+    wanted = 'is not an exact torch release; name a release of the 2.10 series ("2.10.0" is its first)'
+    assert any(wanted in e and "envbuild new NAME --torch 2.10" in e for e in errors), errors

@@ -325,7 +325,10 @@ def images(
     def tags_cell(r: Any) -> str:
         if r.stage == "builder":
             return "(builder stage)"
-        return " ".join(t.rsplit(":", 1)[-1] for t in r.tags) or "-"
+        # this project's repository is implied; a registry's or another repository's ref is shown whole,
+        # or six pulled and local copies would all read "cpu-py311"
+        local = f"{proj.repository}:"
+        return " ".join(t.removeprefix(local) for t in r.tags) or "-"
 
     def action(r: Any) -> str:
         if r.removed:
