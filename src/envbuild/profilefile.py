@@ -148,7 +148,7 @@ def _read_chain(path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]) 
         else:
             parent = path.parent / f"{parent_name}.yaml"
             if parent.resolve() in seen or parent.resolve() == path.resolve():
-                chain = " -> ".join(p.stem for p in (*seen, parent))
+                chain = " -> ".join(p.stem for p in (*seen, path, parent))
                 loaded.diagnostics.append(
                     Diagnostic(
                         "error",

@@ -180,3 +180,25 @@ def test_status_answers_soon_and_never_says_ready_when_the_engine_hangs(
     assert (row["image"], row["next"]) == ("unknown", "envbuild doctor")
     assert "no answer in time" in report["note"]
     assert elapsed < 30
+
+
+def test_an_extends_loop_is_reported_with_every_link(cli: Callable[..., Result], engineless_project: Path) -> None:
+    """`_a -> _b -> _a` was reported as `_a -> _a`."""
+    profiles = engineless_project / "profiles"
+    (profiles / "_a.yaml").write_text("extends: _b\n")
+    (profiles / "_b.yaml").write_text("extends: _a\n")
+    path = profiles / "cpu-py311.yaml"
+    path.write_text(path.read_text().replace("extends: _base", "extends: _a"))
+    res = cli("validate", "cpu-py311")
+    assert res.code == 2 and "extends forms a cycle (cpu-py311 -> _a -> _b -> _a)" in res.out + res.err
+
+
+def test_one_dangling_link_does_not_stop_validate_all(cli: Callable[..., Result], engineless_project: Path) -> None:
+    (engineless_project / "profiles" / "cu999-py311.yaml").symlink_to(engineless_project / "nowhere.yaml")
+    res = cli("validate", "--all", "--json")
+    assert res.code == 2
+    report = json.loads(res.out)
+    files = {p["file"]: p for p in report["profiles"]}
+    assert files["profiles/cu999-py311.yaml"]["valid"] is False
+    assert "a link that leads nowhere" in files["profiles/cu999-py311.yaml"]["errors"][0]["message"]
+    assert files["profiles/cpu-py311.yaml"]["valid"] is True  # the others were still checked

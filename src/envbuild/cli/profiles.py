@@ -89,13 +89,24 @@ def validate(
 ) -> None:
     """Check profiles against PyTorch compatibility data; every problem at once."""
     from envbuild import validate as v
-    from envbuild.errors import ProfileError
+    from envbuild.errors import Diagnostic, ProfileError, UsageError
+    from envbuild.profilefile import Loaded
 
     proj = project_at(project)
     names = pick_profiles(proj, targets, all_, "validate")
     results = []
     for target in names:
-        path = proj.profile_path(target)
+        try:
+            path = proj.profile_path(target)
+        except UsageError as exc:
+            if not all_:
+                raise
+            # one broken entry (a link that leads nowhere) must not stop the others from being checked
+            shown = f"{proj.rel(proj.profiles_dir)}/{target}.yaml"
+            broken = Loaded(path=proj.profiles_dir / f"{target}.yaml", shown=shown)
+            broken.diagnostics.append(Diagnostic("error", shown, None, "", exc.message, exc.hint))
+            results.append(broken)
+            continue
         results.append(v.check(path, proj.rel(path)))
     failed = [r for r in results if r.errors or (strict and r.warnings)]
     if as_json:
