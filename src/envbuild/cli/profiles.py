@@ -104,7 +104,8 @@ def validate(
             # one broken entry (a link that leads nowhere) must not stop the others from being checked
             shown = f"{proj.rel(proj.profiles_dir)}/{target}.yaml"
             broken = Loaded(path=proj.profiles_dir / f"{target}.yaml", shown=shown)
-            broken.diagnostics.append(Diagnostic("error", shown, None, "", exc.message, exc.hint))
+            message = exc.message.removeprefix(f"{shown}: ")
+            broken.diagnostics.append(Diagnostic("error", shown, None, "", message, exc.hint))
             results.append(broken)
             continue
         results.append(v.check(path, proj.rel(path)))
