@@ -34,6 +34,8 @@ def main() -> None:
     if _signalled:
         print("envbuild: terminated; cleaned up what it had started", file=sys.stderr)
         code = 128 + _signalled[0]
+    elif code == 130:  # Ctrl-C: said as SIGTERM is, so a log shows why it stopped
+        print("envbuild: interrupted; cleaned up what it had started", file=sys.stderr)
     sys.exit(code)
 
 

@@ -13,6 +13,7 @@ from envbuild.errors import ProfileError
 from envbuild.profile import name_parts
 from envbuild.profilefile import Loaded
 from envbuild.project import Project
+from envbuild.yamlsrc import MAX_NODES
 
 
 def _ver(text: str) -> Version:
@@ -268,6 +269,15 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
             f"{base!r} is not pinned by digest; the tag can move or vanish",
             "append @sha256:<digest> (docker buildx imagetools inspect IMAGE)",
             base,
+        )
+    values = sum(len(v) for v in data.values() if isinstance(v, (list, dict)))
+    if values > MAX_NODES:
+        # the per-file limit is checked on read; a chain of `extends` fragments must not add up past it
+        ld.add(
+            "error",
+            "extends",
+            f"the merged profile has {values:,} list and table entries, over the {MAX_NODES:,} one file may hold",
+            "keep env, packages and apt to what the image needs; the limit holds across `extends` too",
         )
     name = data.get("name")
     if isinstance(name, str) and name.endswith("-devel") and "devel" not in data:

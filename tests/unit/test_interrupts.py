@@ -58,6 +58,8 @@ def test_an_interrupted_lock_stops_its_resolvers_and_writes_nothing(
     out, err = run.communicate(timeout=20)
     assert run.returncode == code, err
     assert "locked" not in out + err
+    said = "terminated" if sig == signal.SIGTERM else "interrupted"
+    assert f"envbuild: {said}; cleaned up what it had started" in err  # SIGINT said nothing before
     after = sorted(p.relative_to(engineless_project) for p in (engineless_project / "lockfiles").rglob("*"))
     assert after == before
     for pid in marker.read_text().split():  # the stalled resolvers were stopped, not left running
@@ -202,3 +204,19 @@ def test_one_dangling_link_does_not_stop_validate_all(cli: Callable[..., Result]
     assert files["profiles/cu999-py311.yaml"]["valid"] is False
     assert "a link that leads nowhere" in files["profiles/cu999-py311.yaml"]["errors"][0]["message"]
     assert files["profiles/cpu-py311.yaml"]["valid"] is True  # the others were still checked
+
+
+def test_extends_fragments_cannot_add_up_past_the_value_limit(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    """The 5,000-value limit was per file: 40 chained fragments gave 96,000 env entries that validated."""
+    profiles = engineless_project / "profiles"
+    parent = "_base"
+    for i in range(3):
+        entries = "".join(f"  V{i}_{k}: x\n" for k in range(2_000))
+        (profiles / f"_f{i}.yaml").write_text(f"extends: {parent}\nenv:\n{entries}")
+        parent = f"_f{i}"
+    path = profiles / "cpu-py311.yaml"
+    path.write_text(path.read_text().replace("extends: _base", f"extends: {parent}"))
+    res = cli("validate", "cpu-py311")
+    assert res.code == 2 and "over the 5,000 one file may hold" in res.out + res.err
