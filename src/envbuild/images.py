@@ -131,18 +131,13 @@ def classify(
     return row
 
 
-def load_all(project: Project, names: list[str] | None = None) -> dict[str, Profile | ProfileError]:
-    """The project's profiles (or those of `names` that exist), validated; an invalid one as its error."""
-    return validate.load_all(project, names)
-
-
 def survey(
     project: Project, names: list[str] | None = None, expected: dict[str, Profile | ProfileError] | None = None
 ) -> tuple[Any, Survey]:
     """The project's envbuild images, newest first, each classified."""
     cli = engine.client(timeout=60)  # listing and inspecting: an engine that stalls must not hang `status`
     source = source_label(project)
-    expected = load_all(project, names) if expected is None else expected
+    expected = validate.load_all(project, names) if expected is None else expected
     # The local lockfile's hash, once per profile rather than once per image.
     facts = {n: publish.local_facts(project, p) for n, p in expected.items() if isinstance(p, Profile)}
     users: dict[str, list[str]] = {}

@@ -143,6 +143,11 @@ def template_text(templates_dir: Path | None, name: str) -> str | None:
     return None
 
 
+def templates_of(flavor: str, templates_dir: Path | None) -> dict[str, str]:
+    """The flavor's template sources, {name: text}, as rendering will find them."""
+    return {n: t for n in TEMPLATE_NAMES[flavor] if (t := template_text(templates_dir, n)) is not None}
+
+
 def smoke_sources() -> dict[str, str]:
     """The in-image smoke package, {file name: text}: what every image carries under /opt/envbuild."""
     pkg = resources.files("envbuild.smoke.inside")
@@ -294,9 +299,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
                 hint=f"add {platform} to the profile's platforms and run `envbuild lock {profile.name}`",
             )
     requirements, family = requirements_of(profile)
-    names = TEMPLATE_NAMES[profile.flavor]
     templates_dir = opts.templates_dir or project.templates_dir
-    templates = {n: t for n in names if (t := template_text(templates_dir, n)) is not None}
     return Plan(
         profile=profile,
         platforms=tuple(opts.platforms) or tuple(profile.platforms),
@@ -305,7 +308,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
         requirements=requirements,
         torch_family=family,
         templates_dir=templates_dir,
-        templates=templates,
+        templates=templates_of(profile.flavor, templates_dir),
         torch_mirror=mirror,
         checks=_read_checks(project, profile),
         notes=notes,
@@ -337,7 +340,6 @@ def _read_checks(project: Project, profile: Profile) -> dict[str, str]:
 def for_profile(profile: Profile, *, base: str | None = None, templates_dir: Path | None = None) -> Plan:
     """A plan outside any project (render of a file, the golden tests): no envbuild.toml, no wheelhouse check."""
     requirements, family = requirements_of(profile)
-    names = TEMPLATE_NAMES[profile.flavor]
     return Plan(
         profile=profile,
         platforms=tuple(profile.platforms),
@@ -346,5 +348,5 @@ def for_profile(profile: Profile, *, base: str | None = None, templates_dir: Pat
         requirements=requirements,
         torch_family=family,
         templates_dir=templates_dir,
-        templates={n: t for n in names if (t := template_text(templates_dir, n)) is not None},
+        templates=templates_of(profile.flavor, templates_dir),
     )

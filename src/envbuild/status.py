@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from envbuild import freshness, images
+from envbuild import freshness, images, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import EngineUnavailable, ProfileError
 from envbuild.profile import Profile
@@ -48,7 +48,7 @@ def image_state(rows: list[images.ImageRow], name: str) -> tuple[str, str, str]:
 
 def status(project: Project, names: list[str] | None = None) -> tuple[list[ProfileStatus], str]:
     """Each profile's status, and a note when the engine could not be asked."""
-    expected = images.load_all(project, names)
+    expected = validate.load_all(project, names)
     chosen = names or sorted(expected)
     note = ""
     rows: list[images.ImageRow] | None
