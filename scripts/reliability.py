@@ -44,6 +44,12 @@ SECTIONS = [
     ),
     ("interrupt_build", "Killing `envbuild build` at random moments", "Pass: no tag moved; the next build succeeds."),
     (
+        "push_stall",
+        "A push through a link that stops forwarding",
+        "A relay in front of a real registry forwards 4 MB, then holds every connection and moves nothing. "
+        "Pass: \"stalled\" after ENVBUILD_STALL_TIMEOUT, retried, exit 10, no tag moved.",
+    ),
+    (
         "interrupt_smoke_container",
         "SIGTERM to `envbuild smoke IMAGE` while its container runs",
         "Pass: exit 143, and no container labelled `io.envbuild.smoke-container` for that image remains.",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from envbuild.errors import BaseImageError, EngineUnavailable, ImageMissing, UsageError
@@ -53,13 +54,43 @@ _UNREACHABLE = (
 )
 
 
+# What the SDK says when something answered that is not the Docker API: a web server's page, a
+# JSON that does not parse, or bytes that are not HTTP at all (another service on that port).
+_NOT_DOCKER = (
+    ("<html", "an HTML page"),
+    ("<!doctype", "an HTML page"),
+    ("client error for", "an HTTP error page"),
+    ("server error for", "an HTTP error page"),
+    ("badstatusline", "bytes that are not HTTP"),
+    ("remotedisconnected", "a closed connection without an HTTP answer"),
+    ("expecting value", "a body that is not JSON"),
+    ("expecting property name", "a body that is not JSON"),
+    ("unterminated string", "a body that is not JSON"),
+    ("extra data", "a body that is not JSON"),
+)
+
+
+def printable(text: str, limit: int = 120) -> str:
+    """The first line of a foreign answer, without control bytes, short enough to quote."""
+    line = next((x for x in text.splitlines() if x.strip()), "")
+    clean = "".join(ch if ch.isprintable() else "?" for ch in line).strip()
+    return clean[:limit] + ("..." if len(clean) > limit else "")
+
+
 def unreachable_cause(origin: str, message: str) -> tuple[str, str]:
     """(cause, fix) for a failed connection, instead of the SDK's nested exception text."""
     low = message.lower()
+    for needle, what in _NOT_DOCKER:
+        if needle in low:
+            return (
+                f"something answers there, but not the Docker API ({what})",
+                f"{origin} points at another service: set it to the Docker engine's socket or port "
+                "(unix:///var/run/docker.sock, tcp://HOST:2376)",
+            )
     for needle, cause, fix in _UNREACHABLE:
         if needle in low:
             return cause, fix.replace("{where}", origin)
-    return message.splitlines()[0][:300] if message else "no answer", f"{_START} or {_ELSEWHERE}"
+    return printable(message, 300) if message else "no answer", f"{_START} or {_ELSEWHERE}"
 
 
 PING_TIMEOUT_ENV = "ENVBUILD_ENGINE_TIMEOUT"
@@ -131,7 +162,7 @@ def ensure_image(cli: Any, ref: str, *, pull: bool = False, events: Any = None) 
             raise BaseImageError(f"cannot inspect base image {ref}: {exc.explanation or exc}") from exc
     repo, tag = _split(ref)
     try:
-        follow("pull", cli.api.pull(repo, tag=tag, stream=True, decode=True), events)
+        transfer(cli, "pull", lambda: cli.api.pull(repo, tag=tag, stream=True, decode=True), events)
         return str(cli.images.get(ref).id)
     except (docker.errors.APIError, docker.errors.ImageNotFound) as exc:
         answer = getattr(exc, "explanation", None) or str(exc)
@@ -184,6 +215,13 @@ class Transfer:
             self._extracted[layer] = (int(detail.get("current") or 0), int(detail["total"]))
         return self.summary()
 
+    def mark(self) -> tuple[int, int, int, int]:
+        """What changes whenever the transfer moves: bytes sent, layers finished, layers known,
+        bytes unpacked. A stream whose mark stays put is not moving, whatever it says."""
+        done = sum(s in _LAYER_DONE for s in self._status.values())
+        unpacked = sum(current for current, _ in self._extracted.values())
+        return sum(self._moved.values()), done, len(self._status), unpacked
+
     def summary(self) -> str:
         done = sum(s in _LAYER_DONE for s in self._status.values())
         text = f"{done} of {len(self._status)} layers done"
@@ -203,22 +241,94 @@ class Transfer:
         return text
 
 
-def follow(verb: str, chunks: Iterable[dict[str, Any]], events: Any = None) -> str:
+STALL_ENV = "ENVBUILD_STALL_TIMEOUT"
+
+
+def stall_timeout() -> float:
+    """How long a push or pull may go without moving a byte before it counts as stalled
+    (ENVBUILD_STALL_TIMEOUT, default 120 s): a link that stops forwarding otherwise looks like a
+    slow one until the client's 10-minute timeout."""
+    try:
+        value = float(os.environ.get(STALL_ENV, "") or 120)
+    except ValueError:
+        return 120.0
+    return value if value > 0 else 120.0
+
+
+@contextlib.contextmanager
+def patience(cli: Any, seconds: float) -> Iterator[None]:
+    """Calls made inside wait at most `seconds` for each answer from the engine (a socket read),
+    instead of the client's default."""
+    before = cli.api.timeout
+    cli.api.timeout = seconds
+    try:
+        yield
+    finally:
+        cli.api.timeout = before
+
+
+STALLED = "stalled"
+
+
+def transfer(cli: Any, verb: str, start: Callable[[], Iterable[dict[str, Any]]], events: Any = None) -> str:
+    """Run one push or pull (`start` makes the SDK's request) with stall detection; its digest."""
+    stall = stall_timeout()
+    with patience(cli, stall):
+        return follow(verb, start(), events, stall)
+
+
+def follow(verb: str, chunks: Iterable[dict[str, Any]], events: Any = None, stall: float | None = None) -> str:
     """Relay a push or pull stream as `transfer` progress events; the manifest digest it reports.
 
-    An error in the stream comes out as the SDK's APIError, as a refused request would."""
+    An error in the stream comes out as the SDK's APIError, as a refused request would. With `stall`,
+    a stream that moves nothing for that many seconds (silent, or only repeating itself) is an
+    APIError that starts with "stalled", and the stream is dropped, which makes the engine stop."""
     import docker
 
     progress = Transfer()
     digest = ""
-    for chunk in chunks:
-        if "error" in chunk:
-            raise docker.errors.APIError(str((chunk.get("errorDetail") or {}).get("message") or chunk["error"]))
-        summary = progress.feed(chunk)
-        if events and summary:
-            events("transfer", verb, summary)
-        digest = str((chunk.get("aux") or {}).get("Digest") or digest)
+    moved_at, seen = time.monotonic(), progress.mark()
+    stream = iter(chunks)
+    try:
+        while True:
+            try:
+                chunk = next(stream)
+            except StopIteration:
+                break
+            except Exception as exc:  # the SDK lets urllib3's and the socket's own timeouts through
+                if stall is not None and _is_timeout(exc):
+                    raise docker.errors.APIError(_stalled(verb, stall, progress)) from exc
+                raise
+            if "error" in chunk:
+                raise docker.errors.APIError(str((chunk.get("errorDetail") or {}).get("message") or chunk["error"]))
+            summary = progress.feed(chunk)
+            if events and summary:
+                events("transfer", verb, summary)
+            digest = str((chunk.get("aux") or {}).get("Digest") or digest)
+            now, mark = time.monotonic(), progress.mark()
+            if mark != seen:
+                moved_at, seen = now, mark
+            elif stall is not None and now - moved_at > stall:
+                raise docker.errors.APIError(_stalled(verb, stall, progress))
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
     return digest
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        named = "timeout" in type(seen).__name__.lower() or "timed out" in str(seen).lower()
+        if isinstance(seen, TimeoutError) or named:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _stalled(verb: str, stall: float, progress: Transfer) -> str:
+    return f"{STALLED}: the {verb} moved nothing for {stall:g} s (at {progress.summary()})"
 
 
 def _mb(n: int) -> str:

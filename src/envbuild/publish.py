@@ -65,12 +65,13 @@ def _transient(message: str) -> bool:
             "connection reset",
             "tls handshake",
             "no such host",
+            engine.STALLED,
         )
     )
 
 
 def _push_once(cli: Any, repo: str, tag: str, say: Events) -> str:
-    digest = engine.follow("push", cli.images.push(repo, tag=tag, stream=True, decode=True), say)
+    digest = engine.transfer(cli, "push", lambda: cli.images.push(repo, tag=tag, stream=True, decode=True), say)
     if not digest:
         raise PublishError(f"the registry did not report a digest for {repo}:{tag}")
     return digest
@@ -103,6 +104,11 @@ def registry_hint(ref: str, answer: str) -> str:
     """The fix for what a registry (or the engine on its behalf) answered about `ref` (HOST/PATH:TAG)."""
     host = ref.split("/", 1)[0]
     text = answer.lower()
+    if text.startswith(engine.STALLED):
+        return (
+            f"the link between the engine and {host} stopped moving data: check the network or proxy on the "
+            f"way; on a slow link raise {engine.STALL_ENV} (now {engine.stall_timeout():g} s)"
+        )
     if any(s in text for s in ("no basic auth credentials", "unauthorized", "authentication required", "denied")):
         return (
             f"log in to {host}: `docker login {host}` (envbuild pushes and pulls with the Docker CLI's stored "
@@ -220,7 +226,7 @@ def pull(
 
     def once() -> str:
         name, _, tag = ref.rpartition("@") if digest else ref.rpartition(":")
-        engine.follow("pull", cli.api.pull(name, tag=tag, stream=True, decode=True), say)
+        engine.transfer(cli, "pull", lambda: cli.api.pull(name, tag=tag, stream=True, decode=True), say)
         return ref
 
     say("phase", "pull", ref)

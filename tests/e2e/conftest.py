@@ -213,3 +213,66 @@ def login_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The same registry behind htpasswd: pushes and pulls need `docker login`'s stored credentials."""
     with _serve_registry(tmp_path_factory.mktemp("login-registry"), login=True) as address:
         yield address
+
+
+class StallingLink:
+    """A TCP relay to `upstream` that forwards the first `budget` bytes sent through it, then stops
+    forwarding (connections stay open, nothing moves): a proxy or link that hangs mid-transfer."""
+
+    def __init__(self, upstream: str, budget: int) -> None:
+        import socket
+        import threading
+
+        self.upstream = upstream.rsplit(":", 1)[0], int(upstream.rsplit(":", 1)[1])
+        self.budget = budget
+        self.sent = 0
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._open: list[Any] = []
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen()
+        self._server.settimeout(0.2)
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed by close()
+                return
+            server = socket.create_connection(self.upstream)
+            with self._lock:
+                self.connections += 1
+                self._open += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, src: Any, dst: Any, counted: bool) -> None:
+        while not self._stop.is_set():
+            if counted and self.sent >= self.budget:
+                self._stop.wait(0.2)  # hang: read nothing more, forward nothing more
+                continue
+            try:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+            except OSError:
+                break
+            if counted:
+                with self._lock:
+                    self.sent += len(data)
+
+    def close(self) -> None:
+        self._stop.set()
+        for sock in [self._server, *self._open]:
+            with contextlib.suppress(OSError):
+                sock.close()

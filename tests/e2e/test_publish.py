@@ -299,3 +299,44 @@ def test_a_registry_that_needs_login(
         ):
             with contextlib.suppress(Exception):
                 docker_client.images.remove(ref, force=True, noprune=True)
+
+
+def test_a_push_through_a_link_that_stops_forwarding_is_called_stalled_and_retried(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """A relay in front of a real registry forwards 4 MB, then holds every connection open and moves
+    nothing: the push must say "stalled", retry, and fail within the stall limits, not sit silent."""
+    import time
+
+    from ..unit.test_hardening import record
+    from .conftest import StallingLink, _serve_registry
+
+    with _serve_registry(tmp_path, login=False) as real:
+        link = StallingLink(real, budget=4 * 2**20)
+        try:
+            target = f"{link.address}/envbuild/stalled"
+            before = {t for i in docker_client.images.list() for t in i.tags}
+            started = time.monotonic()
+            res = envbuild(
+                "push",
+                "cpu-py311",
+                "--tag",
+                repo_name,
+                "--registry",
+                target,
+                cwd=e2e_project,
+                env={"ENVBUILD_STALL_TIMEOUT": "6", "ENVBUILD_RETRY_BACKOFF": "0.2"},
+            )
+            took = time.monotonic() - started
+        finally:
+            link.close()
+    assert res.returncode == 10, res.stderr[-3000:]
+    assert "stalled: the push moved nothing for 6 s" in res.stderr
+    assert "attempt 1 failed (stalled" in res.stderr and "retrying in" in res.stderr
+    assert "ENVBUILD_STALL_TIMEOUT" in res.stderr  # the fix names the knob
+    assert "Traceback" not in res.stderr
+    # four attempts of at most ~6 s of silence each, plus set-up: minutes, not the client's 10 minutes
+    assert took < 120, took
+    assert link.sent >= 4 * 2**20  # it really got going before the link hung
+    assert {t for i in docker_client.images.list() for t in i.tags} == before  # no tag left or moved
+    record("push_stall", stall_timeout_s=6, attempts=4, seconds_to_fail=round(took, 1), moved_tags=0)

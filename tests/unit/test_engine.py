@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,63 @@ def test_an_unreachable_engine_says_why_in_words(
     assert f"cannot reach the Docker engine at {host} (from DOCKER_HOST): {cause}" in res.err
     assert fix in res.err
     assert "HTTPConnectionPool" not in res.err and "Connection aborted" not in res.err
+
+
+_FOREIGN = {
+    # a web server's error page, another protocol's banner, a JSON body that does not parse
+    "html": b"HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: 44\r\n\r\n"
+    b"<!DOCTYPE HTML><html><body>nginx</body></html>",
+    "banner": b"\x00\x17\xffSSH-2.0-OpenSSH_9.2\r\nnot http\r\n",
+    "json": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{broken: ",
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "what"),
+    [("html", "an HTML page"), ("banner", "bytes that are not HTTP"), ("json", "a body that is not JSON")],
+)
+def test_a_service_that_is_not_docker_is_named_so_not_quoted_raw(
+    cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch, kind: str, what: str
+) -> None:
+    """A real server on a real port answers every request with something that is not the Docker API."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    stop = threading.Event()
+
+    def answer() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(65536)
+                conn.sendall(_FOREIGN[kind])
+
+    worker = threading.Thread(target=answer, daemon=True)
+    worker.start()
+    try:
+        monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.getsockname()[1]}")
+        res = cli("images")
+        js = cli("build", "cpu-py311", "--json")
+    finally:
+        stop.set()
+        worker.join()
+        server.close()
+    assert res.code == 5
+    assert f"something answers there, but not the Docker API ({what})" in res.err
+    assert "DOCKER_HOST points at another service" in res.err
+    for raw in ("<!DOCTYPE", "BadStatusLine", "Expecting property", "\x00", "Client Error"):
+        assert raw not in res.err
+    assert js.code == 5
+    error = json.loads(js.out)["error"]
+    assert error["exit_code"] == 5 and error["type"] == "EngineUnavailable"
+    assert f"not the Docker API ({what})" in error["message"]
 
 
 def test_a_socket_the_user_may_not_open_points_at_the_docker_group() -> None:
@@ -135,3 +193,56 @@ def test_push_progress_never_counts_a_retried_layer_as_sent_nor_passes_100_perce
     assert over == "0 of 1 layers done, 524 MB of 524 MB moved"  # capped: never past the total
     assert t.feed({"id": "a", "status": "Retrying in 5 seconds"}) == "0 of 1 layers done, 0 MB of 524 MB moved"
     assert t.feed({"id": "a", "status": "Pushed"}) == "1 of 1 layers done, 524 MB of 524 MB moved"
+
+
+def test_a_stream_that_repeats_itself_without_moving_is_stalled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine keeps talking ("Retrying in 5 seconds") but no byte moves: that is a stall too."""
+    import time
+
+    import docker
+
+    def stream() -> Iterator[dict[str, Any]]:
+        yield {"status": "Pushing", "id": "aaa", "progressDetail": {"current": 10, "total": 100}}
+        while True:
+            time.sleep(0.05)
+            yield {"status": "Retrying in 5 seconds", "id": "aaa"}
+
+    seen: list[str] = []
+    with pytest.raises(docker.errors.APIError) as err:
+        engine.follow("push", stream(), lambda *a: seen.append(a[-1]), stall=0.3)
+    assert str(err.value.args[0]).startswith("stalled: the push moved nothing for 0.3 s")
+    assert seen  # progress was relayed up to the stall
+
+
+def test_a_silent_stream_is_stalled_not_a_traceback() -> None:
+    import docker
+    import urllib3
+
+    def stream() -> Iterator[dict[str, Any]]:
+        yield {"status": "Pushing", "id": "aaa", "progressDetail": {"current": 10, "total": 100}}
+        raise urllib3.exceptions.ReadTimeoutError(None, "", "Read timed out.")  # type: ignore[arg-type]
+
+    with pytest.raises(docker.errors.APIError, match=r"^stalled: the pull moved nothing for 7 s \(at "):
+        engine.follow("pull", stream(), stall=7)
+    # without a stall limit the SDK's error is not renamed
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        engine.follow("pull", stream())
+
+
+def test_a_moving_stream_is_never_stalled() -> None:
+    import time
+
+    def stream() -> Iterator[dict[str, Any]]:
+        for i in range(1, 8):
+            time.sleep(0.06)
+            yield {"status": "Pushing", "id": "aaa", "progressDetail": {"current": i * 10, "total": 100}}
+        yield {"status": "Pushed", "id": "aaa"}
+        yield {"aux": {"Digest": "sha256:" + "a" * 64}}
+
+    assert engine.follow("push", stream(), stall=0.2) == "sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("", 120.0), ("5", 5.0), ("nope", 120.0), ("-3", 120.0)])
+def test_the_stall_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, expected: float) -> None:
+    monkeypatch.setenv(engine.STALL_ENV, raw)
+    assert engine.stall_timeout() == expected
