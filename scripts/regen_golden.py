@@ -9,8 +9,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from envbuild import aptfile, buildctx, render, validate
 from envbuild import plan as plan_mod
-from envbuild import render, validate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,6 +24,11 @@ def main() -> int:
             continue
         prof = validate.load_valid(path)
         outputs = render.render(plan_mod.for_profile(prof, templates_dir=REPO / "templates"))
+        apt_lock = REPO / "lockfiles" / prof.name / "apt.lock"
+        if apt_lock.is_file():  # the Dockerfile a build renders with the committed apt.lock
+            plan = plan_mod.for_profile(prof, templates_dir=REPO / "templates")
+            pinned = render.render(plan, apt=buildctx.apt_context(aptfile.parse(apt_lock.read_text("utf-8"))))
+            outputs["Dockerfile.apt-locked"] = pinned["Dockerfile"]
         render.write_outputs(outputs, golden / prof.name)
         print(f"golden: {prof.name}: {', '.join(sorted(outputs))}")
     return 0

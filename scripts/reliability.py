@@ -47,7 +47,7 @@ SECTIONS = [
         "push_stall",
         "A push through a link that stops forwarding",
         "A relay in front of a real registry forwards 4 MB, then holds every connection and moves nothing. "
-        "Pass: \"stalled\" after ENVBUILD_STALL_TIMEOUT, retried, exit 10, no tag moved.",
+        'Pass: "stalled" after ENVBUILD_STALL_TIMEOUT, retried, exit 10, no tag moved.',
     ),
     (
         "interrupt_smoke_container",

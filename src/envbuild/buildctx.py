@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from envbuild import __version__, compat, freshness, proc, render
+from envbuild import __version__, aptfile, compat, freshness, proc, render
 from envbuild import plan as plan_mod
+from envbuild.aptfile import AptLock
 from envbuild.errors import UsageError
 from envbuild.freshness import LockSnapshot
 from envbuild.fsutil import atomic_write_many, sha256_file
 from envbuild.lockfile import Pin
 from envbuild.names import (
     LABEL_ACCELERATOR,
+    LABEL_APT_LOCK_SHA,
     LABEL_CONTENT_DIGEST,
     LABEL_CUDA,
     LABEL_FLAVOR,
@@ -139,6 +141,29 @@ def expectations(plan: Plan, lock: LockSnapshot | None) -> dict[str, Any]:
     return expect
 
 
+def apt_context(apt: AptLock | None) -> dict[str, Any] | None:
+    """What the Dockerfile needs of apt.lock: the pins of each stage, and how to list and fetch."""
+    if apt is None:
+        return None
+    return {
+        "apt_pins": {stage: [d.pin for d in sorted(debs)] for stage, debs in apt.stages.items()},
+        "apt_snapshot_sh": aptfile.snapshot_script(apt.snapshot),
+        "apt_dpkg_list": aptfile.DPKG_LIST,
+    }
+
+
+def apt_files(lock: LockSnapshot) -> dict[str, str]:
+    """The context's apt/ folder (the image's /opt/envbuild/apt/): apt.lock itself, the base's package
+    list, and per stage the sha256 list of its downloads and dpkg's expected list afterwards."""
+    apt = lock.apt
+    assert apt is not None  # noqa: S101  # callers check
+    files = {"apt.lock": lock.apt_text, "base.list": "".join(f"{line}\n" for line in sorted(d.line for d in apt.base))}
+    for stage in apt.stages:
+        files[f"{stage}.sha256"] = apt.sha256_list(stage)
+        files[f"{stage}.expect"] = "".join(f"{line}\n" for line in apt.expected(stage))
+    return files
+
+
 def _local_dirs(links: tuple[str, ...]) -> list[Path]:
     out: list[Path] = []
     for link in links:
@@ -208,10 +233,10 @@ def git_revision(project: Project) -> str:
     return (proc.run_ok(["git", "rev-parse", "HEAD"], cwd=project.root, timeout=10) or "").strip() or "unknown"
 
 
-def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int) -> dict[str, str]:
+def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int, apt_sha: str = "") -> dict[str, str]:
     prof = plan.profile
     created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
-    content = content_digest(lock_sha, plan.image_digest)
+    content = content_digest(lock_sha, plan.image_digest, apt_sha)
     labels = {
         "org.opencontainers.image.created": created,
         "org.opencontainers.image.version": f"{prof.name}-{content[:12]}",
@@ -231,6 +256,8 @@ def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int) -> dict[
         LABEL_NUMPY: prof.numpy,
         LABEL_ACCELERATOR: prof.accelerator,
     }
+    if apt_sha:
+        labels[LABEL_APT_LOCK_SHA] = apt_sha
     if prof.cuda:
         labels[LABEL_CUDA] = prof.cuda
     if prof.rocm:
@@ -250,8 +277,8 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     wheels = collect_wheels(lock.pins, plan.source.find_links) if prof.flavor == "venv" else []
     built = dataclasses.replace(plan, source=_build_source(plan, lock, wheels))
     epoch = source_date_epoch(project, lock.path)
-    labels = labels_for(project, built, lock.sha256, epoch)
-    outputs = render.render(built, labels=labels)
+    labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
+    outputs = render.render(built, labels=labels, apt=apt_context(lock.apt))
     ctx = project.work_dir(prof.name) / "context"
     if ctx.exists():
         shutil.rmtree(ctx)
@@ -264,6 +291,8 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     if ca_text is not None:
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text
+    if lock.apt is not None:
+        files.update({ctx / "apt" / name: text for name, text in apt_files(lock).items()})
     atomic_write_many(files)
     (ctx / SMOKE_DIR / SMOKE_ENTRY).chmod(0o755)
     if wheels:

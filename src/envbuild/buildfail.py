@@ -75,9 +75,27 @@ _RULES = (
         "fix or remove it in the `apt:` list of {name}'s profile (`apt-cache search` in the base image finds names)",
     ),
     _Rule(
+        r"envbuild-apt: base-differs",
+        "the base image's own packages are not the ones apt.lock was resolved against (a different or updated base)",
+        "re-lock against this base: envbuild lock {name} --base IMAGE (the build log shows the differing packages)",
+    ),
+    _Rule(
+        r"envbuild-apt: sha256-mismatch",
+        "a downloaded .deb is not the file apt.lock records (its sha256 differs)",
+        "if apt.lock was edited, restore it; else the archive or a proxy changed the file: re-lock on purpose "
+        "with envbuild lock {name}",
+    ),
+    _Rule(
+        r"envbuild-apt: packages-differ",
+        "after the install, dpkg lists other packages than apt.lock expects",
+        "re-lock with envbuild lock {name} (the build log shows the difference)",
+    ),
+    _Rule(
         r"E: Version '([^']+)' for '([^']+)' was not found",
         "apt has no version {g1} of {g2} in the base image's distribution",
-        "change or drop the version pin of {g2} in the `apt:` list of {name}'s profile",
+        "if apt.lock pins it, the archive dropped that version (Debian point releases do): set `apt_snapshot: auto` "
+        "(or a timestamp) in {name}'s profile or envbuild.toml and re-lock, so the build reads the dated snapshot "
+        "archive; if the `apt:` list pins it, change or drop the version pin of {g2}",
     ),
     _Rule(
         r"No matching distribution found for (\S+)",

@@ -9,12 +9,15 @@ in between cannot mix two lockfiles into one image).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envbuild import aptfile
 from envbuild._compat import tomllib
+from envbuild.aptfile import AptLock, apt_lock_name
 from envbuild.errors import LockMissing
 from envbuild.lockfile import LockRecord, Pin, RecordError, lock_sha256, parse_requirements, read_record, resolution_id
 from envbuild.names import canonical, lock_names
@@ -30,6 +33,12 @@ class LockSnapshot:
     text: str
     record: LockRecord
     pins: dict[str, Pin] = field(default_factory=dict)  # venv flavor; empty for conda
+    apt: AptLock | None = None  # the platform's apt.lock, when the profile has one
+    apt_text: str = ""  # its text as read
+
+    @property
+    def apt_sha256(self) -> str:
+        return lock_sha256(self.apt_text) if self.apt_text else ""
 
     @property
     def sha256(self) -> str:
@@ -113,6 +122,17 @@ def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None) 
             if resolution_id(pins, record.format) != record.resolution:
                 return Freshness("edited", edited)
             primary = LockSnapshot(path, text, record, {} if flavor == "conda" else pins)
+        if primary is not None and plan.apt_stages:
+            path = directory / apt_lock_name(platform)
+            shown = project.rel(path)
+            text, why = _read(path, shown)
+            if text is None and not why.endswith("missing"):
+                return Freshness("stale", why)
+            if text is not None:
+                state, why, apt = aptfile.check(text, plan.apt_digest)
+                if apt is None:
+                    return Freshness(state, f"{shown}: {why}")
+                primary = dataclasses.replace(primary, apt=apt, apt_text=text)
         if primary is not None:
             snapshots[platform] = primary
     return Freshness("fresh", "", snapshots)

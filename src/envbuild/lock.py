@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 import difflib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from envbuild import conda, freshness, lockfile, proc, validate, venvlock
+from envbuild import aptresolve, conda, freshness, lockfile, proc, validate, venvlock
 from envbuild import plan as plan_mod
-from envbuild.errors import EnvbuildError, StaleLock, UsageError
+from envbuild.errors import BaseImageError, EngineUnavailable, EnvbuildError, StaleLock, UsageError
 from envbuild.lockopts import LockOptions, LockOutcome
 from envbuild.names import LockEvents, canonical, lock_names, mutex_path, quiet
 from envbuild.plan import Plan
@@ -45,21 +45,48 @@ def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents 
         guard.parent.mkdir(parents=True, exist_ok=True)
         # One writer per profile at a time, across processes; the second re-checks freshness.
         with FileLock(str(guard), timeout=3600):
-            fresh = freshness.query(project, plan).fresh
-            if fresh and not opts.upgrade and not opts.upgrade_packages:
-                say(name, "fresh", "lockfile is up to date")
-                return LockOutcome(name, "fresh", "up to date", time.monotonic() - start)
-            for note in plan.notes:
-                say(name, "note", note)
-            say(name, "resolving", f"{prof.flavor}: {', '.join(plan.platforms)}")
-            locker = conda.lock if prof.flavor == "conda" else venvlock.lock
-            outcome = locker(project, plan, opts)
+            found = freshness.query(project, plan)
+            if found.fresh and not opts.upgrade and not opts.upgrade_packages:
+                if not _wants_apt(plan, opts, found):
+                    say(name, "fresh", "lockfile is up to date")
+                    return LockOutcome(name, "fresh", "up to date", time.monotonic() - start)
+                outcome = LockOutcome(name, "fresh", "Python lockfiles up to date")
+            else:
+                for note in plan.notes:
+                    say(name, "note", note)
+                say(name, "resolving", f"{prof.flavor}: {', '.join(plan.platforms)}")
+                locker = conda.lock if prof.flavor == "conda" else venvlock.lock
+                outcome = locker(project, plan, opts)
+            if opts.apt and plan.apt_stages:
+                _lock_apt(project, plan, opts, outcome, lambda kind, text: say(name, kind, text))
     except EnvbuildError as exc:
         say(name, "failed", str(exc).splitlines()[0])
         return LockOutcome(name, "failed", str(exc), time.monotonic() - start, error=exc)
     outcome.seconds = time.monotonic() - start
-    say(name, "locked", f"{outcome.message} in {outcome.seconds:.1f}s")
+    say(name, outcome.state, f"{outcome.message} in {outcome.seconds:.1f}s")
     return outcome
+
+
+def _wants_apt(plan: Plan, opts: LockOptions, found: freshness.Freshness) -> bool:
+    """Python lockfiles fresh, but no apt.lock yet: lock only the OS packages."""
+    return opts.apt and bool(plan.apt_stages) and any(s.apt is None for s in found.snapshots.values())
+
+
+def _lock_apt(
+    project: Project, plan: Plan, opts: LockOptions, outcome: LockOutcome, say: Callable[[str, str], None]
+) -> None:
+    """apt.lock after the Python lockfiles. An engine or base that cannot be had here leaves it
+    unwritten with a note (the Python lockfiles stand on their own; `build` says the OS packages
+    float); apt refusing the packages is a failed lock."""
+    say("resolving", f"OS packages on {plan.base.image}")
+    try:
+        message, count = aptresolve.lock(project, plan, dry_run=opts.dry_run)
+    except (EngineUnavailable, BaseImageError) as exc:
+        say("note", f"apt.lock not written: {str(exc).splitlines()[0]} (fix: {exc.hint or 'start the engine'})")
+        return
+    outcome.message = f"{outcome.message}; {message}"
+    if count and outcome.state == "fresh":
+        outcome.state = "locked"  # only apt.lock was written
 
 
 def _check_upgrade_packages(project: Project, plan: Plan, packages: tuple[str, ...]) -> None:

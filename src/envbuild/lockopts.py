@@ -21,6 +21,8 @@ class LockOptions:
     solver: str = "auto"  # conda only: auto | conda-lock | rattler
     offline: bool = False
     dry_run: bool = False  # resolve and report the changes, write nothing
+    base: str | None = None  # the base image apt.lock is resolved against (--base)
+    apt: bool = True  # also lock the OS packages (apt.lock); needs the engine
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(
@@ -28,6 +30,7 @@ class LockOptions:
             torch_index=self.torch_index,
             find_links=self.find_links,
             platforms=self.platforms,
+            base=self.base,
         )
 
 

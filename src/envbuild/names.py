@@ -39,6 +39,7 @@ LABEL_VERSION = f"{LABEL_NS}.version"
 LABEL_PROFILE = f"{LABEL_NS}.profile"
 LABEL_IMAGE_DIGEST = f"{LABEL_NS}.image-digest"
 LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
+LABEL_APT_LOCK_SHA = f"{LABEL_NS}.apt-lock-sha256"  # the apt.lock the OS packages were installed from
 LABEL_CONTENT_DIGEST = f"{LABEL_NS}.content-digest"  # lockfile + image digest: what the NAME-<12 hex> tag names
 LABEL_ENV_DIGEST = f"{LABEL_NS}.env-digest"  # sha256 of the build manifest: equal environments, equal digests
 ENV_DIGEST_PATH = "/opt/envbuild/env-digest"  # written by the image's manifest step
@@ -75,11 +76,12 @@ def moving_tag(repo: str, profile: str) -> str:
     return f"{repo}:{profile}"
 
 
-def content_digest(lock_sha: str, image_digest: str) -> str:
-    """sha256 of everything that reaches an image: the lockfile (lock_sha) and the rest
-    (plan.Plan.image_digest: profile fields, templates, smoke package). Two images with one
-    content digest were built from the same inputs; the immutable tag is named after it."""
-    return hashlib.sha256(f"{lock_sha}\n{image_digest}".encode()).hexdigest()
+def content_digest(lock_sha: str, image_digest: str, apt_sha: str = "") -> str:
+    """sha256 of everything that reaches an image: the lockfile (lock_sha), apt.lock when there is
+    one, and the rest (plan.Plan.image_digest: profile fields, templates, smoke package). Two images
+    with one content digest were built from the same inputs; the immutable tag is named after it."""
+    tail = f"\n{apt_sha}" if apt_sha else ""
+    return hashlib.sha256(f"{lock_sha}\n{image_digest}{tail}".encode()).hexdigest()
 
 
 def immutable_tag(repo: str, profile: str, digest: str) -> str:

@@ -182,6 +182,7 @@ class Plan:
     torch_mirror: str | None = None  # a mirror of the PyTorch index given today (option > profile > toml)
     checks: dict[str, str] = field(default_factory=dict, repr=False)  # the project's own checks: {file: text}
     notes: tuple[str, ...] = ()  # what a person should know about this plan (an unset ${VAR} wheelhouse)
+    apt_snapshot: str | None = None  # profile > envbuild.toml: a snapshot timestamp, "auto", or None
 
     def source_as_locked(self, route: str, index: str) -> TorchSource:
         """Where the torch family comes from for a lockfile that recorded (route, canonical index):
@@ -213,6 +214,32 @@ class Plan:
         if self.profile.flavor == "conda":
             return ("g++",)  # conda's Python carries its own headers
         return ("g++", f"{self.python_bin}-dev")
+
+    @property
+    def apt_stages(self) -> dict[str, tuple[str, ...]]:
+        """The OS packages each Dockerfile stage installs on top of the base, as apt is asked for
+        them (apt.lock pins them with their dependencies). venv flavor only: a conda image's Python
+        and libraries come from conda-lock.yml."""
+        if self.profile.flavor != "venv":
+            return {}
+        return {
+            "builder": (self.python_bin, f"{self.python_bin}-venv", "ca-certificates"),
+            "runtime": (self.python_bin, *self.compile_packages, *sorted(set(self.profile.apt))),
+        }
+
+    @property
+    def apt_digest(self) -> str:
+        """sha256 of what decides apt.lock: the packages each stage asks for, the platforms and the
+        snapshot setting. Not the base image: apt.lock records the base's package list, and the build
+        compares the real base with it."""
+        return _sha(
+            {
+                "apt_format": 1,
+                "platforms": sorted(self.platforms),
+                "stages": self.apt_stages,
+                "snapshot": self.apt_snapshot or "",
+            }
+        )
 
     @property
     def input_digest(self) -> str:
@@ -312,6 +339,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
         torch_mirror=mirror,
         checks=_read_checks(project, profile),
         notes=notes,
+        apt_snapshot=profile.apt_snapshot or cfg.apt_snapshot,
     )
 
 
@@ -349,4 +377,5 @@ def for_profile(profile: Profile, *, base: str | None = None, templates_dir: Pat
         torch_family=family,
         templates_dir=templates_dir,
         templates=templates_of(profile.flavor, templates_dir),
+        apt_snapshot=profile.apt_snapshot,
     )

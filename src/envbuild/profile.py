@@ -33,6 +33,7 @@ RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 CUDA_RE = re.compile(r"^\d{2}\.\d$")
 ROCM_RE = re.compile(r"^\d\.\d{1,2}(\.\d{1,2})?$")  # 7.14 is real (test-infra release/2.14)
 APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,127}(=[A-Za-z0-9.+:~-]{1,64})?$")
+APT_SNAPSHOT_RE = re.compile(r"^(auto|\d{8}T\d{6}Z)$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Pinned by dedicated fields; a second pin in `packages` would fight them.
 PINNED_ELSEWHERE = {"torch", "torchvision", "torchaudio", "numpy"}
@@ -229,6 +230,13 @@ class Profile(BaseModel):
     )
     apt: list[Annotated[str, _Pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')]] = _doc(
         'OS packages for the image, optionally pinned: "git=1:2.39.5-0+deb12u1".', default_factory=list
+    )
+    apt_snapshot: (
+        Annotated[str, _Pattern(APT_SNAPSHOT_RE, "a snapshot timestamp or auto", '"20250101T000000Z" or "auto"')] | None
+    ) = _doc(
+        "Install OS packages from Debian's or Ubuntu's dated snapshot archive: a timestamp, or auto (the date "
+        "`envbuild lock` resolved apt.lock), so an old apt.lock still builds after the live archive dropped its "
+        "versions."
     )
     env: EnvVars = _doc('Environment variables of the image; values are strings ("8", not 8).', default_factory=dict)
     platforms: list[Platform] = _doc("Platforms to lock for.", default_factory=lambda: list[Platform](["x86_64"]))

@@ -42,6 +42,9 @@ class ProjectConfig:
     # profile's own `base:` and `--base` still win.
     base: str | dict[str, str] | None = None
     ca_bundle: str | None = None  # a PEM bundle for builds behind a TLS-intercepting proxy (--ca-bundle)
+    # apt.lock's archive: a snapshot timestamp (20250101T000000Z) or "auto" (the lock's date); a
+    # profile's own apt_snapshot wins
+    apt_snapshot: str | None = None
     ci: dict[str, str] | None = None  # `ci github` runner labels per accelerator: cpu, cuda, rocm
 
     def base_for(self, python: str) -> str | None:
@@ -201,6 +204,8 @@ def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
             problems.append(f"{key}: expected {_describe(expected)}, got {type(value).__name__} {value!r}")
         elif key == "lock_jobs" and value < 1:
             problems.append(f"lock_jobs: must be 1 or more, got {value}")
+        elif key == "apt_snapshot" and not re.fullmatch(r"auto|\d{8}T\d{6}Z", value):
+            problems.append(f"apt_snapshot: expected a timestamp like 20250101T000000Z or auto, got {value!r}")
     if problems:
         raise UsageError(
             f"{config_path}: " + "; ".join(problems), hint="see docs/PROFILES.md, 'Project configuration', for the keys"

@@ -11,11 +11,13 @@ from typing import Any
 
 from envbuild import engine, freshness
 from envbuild import plan as plan_mod
+from envbuild.aptfile import apt_lock_name
 from envbuild.errors import EnvbuildError, PublishError, UsageError, VerifyError
 from envbuild.localimage import repository
 from envbuild.lockfile import lock_sha256
 from envbuild.names import (
     EXPECT_PATH,
+    LABEL_APT_LOCK_SHA,
     LABEL_CONTENT_DIGEST,
     LABEL_IMAGE_DIGEST,
     LABEL_LOCK_SHA,
@@ -272,8 +274,16 @@ def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
         local_lock = lock_sha256(lock_path.read_text("utf-8"))
     except (OSError, UnicodeDecodeError):
         local_lock = "(no local lockfile)"
+    apt_path = freshness.lock_dir(project, prof.name) / apt_lock_name(plan.platforms[0])
+    try:
+        local_apt = lock_sha256(apt_path.read_text("utf-8"))
+    except FileNotFoundError:
+        local_apt = "(none)"  # OS packages not locked: an image without the label matches
+    except (OSError, UnicodeDecodeError):
+        local_apt = "(unreadable apt.lock)"
     return [
         ("lockfile sha256", LABEL_LOCK_SHA, local_lock),
+        ("apt.lock sha256", LABEL_APT_LOCK_SHA, local_apt),
         ("image inputs digest", LABEL_IMAGE_DIGEST, plan.image_digest),
     ]
 

@@ -72,10 +72,16 @@ def _env() -> Any:
 _BUILDER_LABEL_KEYS = frozenset({LABEL_PROFILE, LABEL_LOCK_SHA, LABEL_SOURCE})
 
 
-def context(plan: Plan, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """What the templates see: the plan's facts under the names the templates use."""
+# No apt.lock: the templates install what the archive serves today.
+NO_APT: dict[str, Any] = {"apt_pins": None, "apt_snapshot_sh": "true", "apt_dpkg_list": ""}
+
+
+def context(plan: Plan, *, labels: dict[str, str] | None = None, apt: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the templates see: the plan's facts under the names the templates use. `apt` is what the
+    build read from apt.lock (pins per stage, the snapshot and dpkg-list commands), else NO_APT."""
     profile = plan.profile
     return {
+        **(apt or NO_APT),
         "envbuild_version": __version__,
         "profile": profile,
         "name": profile.name,
@@ -128,11 +134,11 @@ def render_one(plan: Plan, template_name: str, *, overrides: dict[str, Any] | No
     return str(env.get_template(template_name).render(ctx))
 
 
-def render(plan: Plan, *, labels: dict[str, str] | None = None) -> dict[str, str]:
+def render(plan: Plan, *, labels: dict[str, str] | None = None, apt: dict[str, Any] | None = None) -> dict[str, str]:
     """Render every output of a plan: {file name: text}. Same inputs, same bytes."""
     jinja2 = _env()
     env = make_environment(plan.templates_dir)
-    ctx = context(plan, labels=labels)
+    ctx = context(plan, labels=labels, apt=apt)
     out: dict[str, str] = {}
     for template_name in TEMPLATE_NAMES[plan.profile.flavor]:
         try:

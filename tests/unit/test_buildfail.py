@@ -43,6 +43,11 @@ DISK_FULL = [
     "   from /opt/venv/lib/python3.11/site-packages/~orchgen",
     "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device",
 ]
+# The lines the Dockerfile's apt.lock checks print before they fail.
+APT_BASE_DIFFERS = (
+    "envbuild-apt: base-differs: the base image's own packages are not the ones apt.lock was resolved against"
+)
+APT_SHA = "envbuild-apt: sha256-mismatch: a downloaded .deb is not the one apt.lock records"
 HASHES = [
     "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package "
     "versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have "
@@ -65,6 +70,17 @@ HASHES = [
         ),
         (APT_MISSING, "apt has no package 'envbuild-no-such-package'", "the `apt:` list of cpu-py311's profile"),
         (APT_VERSION, "apt has no version 9.9 of git", "version pin of git"),
+        (APT_VERSION, "apt has no version 9.9 of git", "set `apt_snapshot: auto`"),
+        (
+            ["--- /opt/envbuild/apt/base.list", "+libfoo 2 amd64", APT_BASE_DIFFERS],
+            "the base image's own packages are not the ones apt.lock was resolved against",
+            "envbuild lock cpu-py311 --base IMAGE",
+        ),
+        (
+            ["python3.11_3.11.2-6_amd64.deb: FAILED", APT_SHA],
+            "a downloaded .deb is not the file apt.lock records",
+            "if apt.lock was edited, restore it",
+        ),
         (HASHES, "hash mismatch for numpy==2.1.3", "envbuild lock cpu-py311 --upgrade"),
         (DISK_FULL, "the engine ran out of disk space", "envbuild images --prune"),
         # A download cut short by a full disk also fails its hash: the disk is the cause.

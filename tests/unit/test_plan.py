@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -198,9 +200,64 @@ def test_changing_apt_changes_the_immutable_tag(cli: Callable[..., Result], engi
         assert res.code == 0, res.err
         return str(json.loads(res.out)["labels"]["io.envbuild.content-digest"])
 
+    (engineless_project / "lockfiles" / "cpu-py311" / "apt.lock").unlink()  # OS packages not locked: they float
     before = tagged()
     _edit(engineless_project / "profiles" / "cpu-py311.yaml", 'einops==0.8.1"]', 'einops==0.8.1"]\napt: ["g++"]')
     after = tagged()
     assert before != after
     _edit(engineless_project / "profiles" / "cpu-py311.yaml", 'apt: ["g++"]', 'apt: ["python3.11-dev"]')
     assert tagged() not in {before, after}
+
+
+def test_a_changed_apt_list_makes_apt_lock_stale_everywhere(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    """The committed apt.lock pins what `apt:` asks for: a changed list is caught offline by
+    `lock --check`, `status` and `build`, which never builds from an apt.lock of other inputs."""
+    assert cli("lock", "--check", "cpu-py311").code == 0
+    _edit(engineless_project / "profiles" / "cpu-py311.yaml", 'einops==0.8.1"]', 'einops==0.8.1"]\napt: ["git"]')
+    check = cli("lock", "--check", "cpu-py311")
+    assert check.code == 1
+    assert "lockfiles/cpu-py311/apt.lock: it was locked from other inputs" in check.err
+    status = json.loads(cli("status", "cpu-py311", "--json").out)["profiles"][0]
+    assert status["lockfile"] == "stale" and "apt.lock" in status["lock_reason"]
+    built = cli("build", "cpu-py311", "--context-only")
+    assert built.code == 2 and "apt.lock" in built.err and "envbuild lock cpu-py311" in built.err
+
+
+def test_a_hand_edited_apt_lock_is_edited_not_fresh(cli: Callable[..., Result], engineless_project: Path) -> None:
+    path = engineless_project / "lockfiles" / "cpu-py311" / "apt.lock"
+    text = path.read_text()
+    pin = re.search(r'name = "python3.11"\nversion = "([^"]+)"', text)
+    assert pin is not None
+    path.write_text(text.replace(f'version = "{pin.group(1)}"', 'version = "3.11.99-1"', 1))
+    check = cli("lock", "--check", "cpu-py311")
+    assert check.code == 1 and "apt.lock: it was edited by hand" in check.err
+    built = cli("build", "cpu-py311", "--context-only")
+    assert built.code == 2 and "edited by hand" in built.err
+
+
+def test_the_build_context_carries_apt_lock_and_pins_every_package(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    from envbuild import aptfile
+
+    res = cli("build", "cpu-py311", "--context-only", "--json")
+    assert res.code == 0, res.err
+    report = json.loads(res.out)
+    ctx = Path(report["context"])
+    lock_text = (engineless_project / "lockfiles" / "cpu-py311" / "apt.lock").read_text()
+    apt = aptfile.parse(lock_text)
+    assert (ctx / "apt" / "apt.lock").read_text() == lock_text
+    dockerfile = (ctx / "Dockerfile").read_text()
+    for deb in apt.stages["runtime"]:
+        assert f" {deb.pin}" in dockerfile
+    sums = (ctx / "apt" / "runtime.sha256").read_text().splitlines()
+    assert len(sums) == len(apt.stages["runtime"]) and all(len(line.split()[0]) == 64 for line in sums)
+    expect = (ctx / "apt" / "runtime.expect").read_text().splitlines()
+    assert (
+        expect == sorted(expect)
+        and "python3.11 " + next(d.version for d in apt.stages["runtime"] if d.name == "python3.11") + " amd64"
+        in expect
+    )
+    assert report["labels"]["io.envbuild.apt-lock-sha256"] == hashlib.sha256(lock_text.encode()).hexdigest()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from envbuild import aptfile, buildctx, render, torchsource, validate
 from envbuild import plan as plan_mod
-from envbuild import render, torchsource, validate
 from envbuild.errors import RenderError
 
 from ..conftest import dockerfile_instructions
@@ -26,6 +26,11 @@ SHIPPED = sorted(p for p in (REPO / "profiles").glob("*.yaml") if not p.name.sta
 def test_golden(path: Path) -> None:
     prof = validate.load_valid(path)
     outputs = render.render(plan_mod.for_profile(prof, templates_dir=REPO / "templates"))
+    apt_lock = REPO / "lockfiles" / prof.name / "apt.lock"
+    if apt_lock.is_file():  # what a build renders from the committed apt.lock: every package pinned
+        plan = plan_mod.for_profile(prof, templates_dir=REPO / "templates")
+        pinned = render.render(plan, apt=buildctx.apt_context(aptfile.parse(apt_lock.read_text("utf-8"))))
+        outputs["Dockerfile.apt-locked"] = pinned["Dockerfile"]
     expected_dir = GOLDEN / prof.name
     assert sorted(outputs) == sorted(p.name for p in expected_dir.iterdir()), "run `make golden`"
     for name, text in outputs.items():

@@ -46,15 +46,24 @@ def lock(
         bool, typer.Option("--dry-run", help="Resolve and say what would change; write nothing.")
     ] = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Profiles locked at once.")] = None,
+    base: Annotated[
+        str | None, typer.Option(help="The base image apt.lock is resolved against (default: the profile's).")
+    ] = None,
+    apt: Annotated[
+        bool, typer.Option("--apt/--no-apt", help="Also lock the OS packages (apt.lock); needs the engine.")
+    ] = True,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Resolve profiles into hashed lockfiles under lockfiles/<profile>/."""
+    """Resolve profiles into hashed lockfiles under lockfiles/<profile>/ (Python, and apt.lock for the OS)."""
     from envbuild import lock as lk
     from envbuild.errors import LockCheckFailed, LockError, UsageError
 
     check_jobs(jobs)
     check_indexes(index_url, torch_index)
+    from envbuild import refs
+
+    refs.check("--base", base, "image")
     proj = project_at(project)
     chosen = pick_profiles(proj, names, all_, "lock")
     if check and dry_run:
@@ -88,6 +97,8 @@ def lock(
         platforms=tuple(platform or ()),
         solver=solver,
         dry_run=dry_run,
+        base=base,
+        apt=apt,
     )
     outcomes = _with_progress(
         chosen,
