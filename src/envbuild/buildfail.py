@@ -75,18 +75,18 @@ _RULES = (
         "fix or remove it in the `apt:` list of {name}'s profile (`apt-cache search` in the base image finds names)",
     ),
     _Rule(
-        r"envbuild-apt: base-differs",
+        r"^\s*envbuild-apt: base-differs",
         "the base image's own packages are not the ones apt.lock was resolved against (a different or updated base)",
         "re-lock against this base: envbuild lock {name} --base IMAGE (the build log shows the differing packages)",
     ),
     _Rule(
-        r"envbuild-apt: sha256-mismatch",
+        r"^\s*envbuild-apt: sha256-mismatch",
         "a downloaded .deb is not the file apt.lock records (its sha256 differs)",
         "if apt.lock was edited, restore it; else the archive or a proxy changed the file: re-lock on purpose "
         "with envbuild lock {name}",
     ),
     _Rule(
-        r"envbuild-apt: packages-differ",
+        r"^\s*envbuild-apt: packages-differ",
         "after the install, dpkg lists other packages than apt.lock expects",
         "re-lock with envbuild lock {name} (the build log shows the difference)",
     ),

@@ -88,7 +88,10 @@ def _image_side(project: Project, ref: str) -> Side:
 def _lock_side(project: Project, name: str) -> Side:
     prof = validate.load_named(project, name)
     snap = freshness.require_fresh(project, plan_mod.make(project, prof, strict=False))
-    return Side(f"{name} (lockfile)", "lockfile", {p.name: p.version for p in snap.pins.values()}, profile=name)
+    # with an apt.lock, the OS packages of the finished image are known too: the base's and the runtime stage's
+    os_packages = dict(line.split(" ")[:2] for line in snap.apt.expected("runtime")) if snap.apt else None
+    pins = {p.name: p.version for p in snap.pins.values()}
+    return Side(f"{name} (lockfile)", "lockfile", pins, os_packages, profile=name)
 
 
 def side(project: Project, target: str) -> Side:

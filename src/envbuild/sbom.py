@@ -1,8 +1,9 @@
 """`envbuild sbom NAME|IMAGE`: a CycloneDX document of an environment, made with cyclonedx-python-lib.
 
 For a profile: every locked Python distribution with its version, its sha256 hashes and the index it
-comes from (the lockfile's canonical source). For an image: the distributions and OS packages its
-environment holds now (scanned as `diff` scans it), with the lockfile's hashes where the image's
+comes from (the lockfile's canonical source), and with an apt.lock every OS package of the image
+(those apt.lock installs with the archive's sha256 and URL). For an image: the distributions and OS packages its
+environment holds now (scanned as `diff` scans it), with the lockfiles' hashes where the image's
 profile is one of this project's and the versions agree.
 """
 
@@ -12,36 +13,47 @@ from typing import Any
 
 from envbuild import __version__, diff, freshness, validate
 from envbuild import plan as plan_mod
+from envbuild.aptfile import Deb
 from envbuild.lockfile import Pin
 from envbuild.project import Project
 
 SCHEMA = "1.6"
 
 
-def _pins(project: Project, name: str) -> dict[str, Pin]:
+def _locked(project: Project, name: str) -> tuple[dict[str, Pin], dict[str, Deb]]:
+    """The profile's Python pins and, when it has an apt.lock, every OS package it installs."""
     prof = validate.load_named(project, name)
-    return freshness.require_fresh(project, plan_mod.make(project, prof, strict=False)).pins
+    snap = freshness.require_fresh(project, plan_mod.make(project, prof, strict=False))
+    debs = {d.name: d for stage in ("builder", "runtime") for d in (snap.apt.stages.get(stage, ()) if snap.apt else ())}
+    return snap.pins, debs
 
 
-def _component(name: str, version: str, *, kind: str, pin: Pin | None = None) -> Any:
+def _component(name: str, version: str, *, kind: str, sha256: list[str] | None = None, url: str = "") -> Any:
     from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, XsUri
     from cyclonedx.model.component import Component, ComponentType
     from packageurl import PackageURL
 
     purl = PackageURL(type=kind, name=name, version=version)
-    hashes = [
-        HashType(alg=HashAlgorithm.SHA_256, content=h.split(":", 1)[1])
-        for h in sorted(pin.hashes if pin else [])
-        if h.startswith("sha256:")
-    ]
+    hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in sorted(sha256 or [])]
     component = Component(
         name=name, version=version, type=ComponentType.LIBRARY, purl=purl, bom_ref=str(purl), hashes=hashes
     )
-    if pin is not None and pin.source.startswith(("http://", "https://")):
-        component.external_references.add(
-            ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(pin.source))
-        )
+    if url.startswith(("http://", "https://")):
+        component.external_references.add(ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(url)))
     return component
+
+
+def _python(name: str, version: str, pin: Pin | None) -> Any:
+    if pin is None or pin.version != version:
+        return _component(name, version, kind="pypi")
+    sums = [h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")]
+    return _component(name, version, kind="pypi", sha256=sums, url=pin.source)
+
+
+def _deb(name: str, version: str, deb: Deb | None) -> Any:
+    if deb is None or deb.version != version:  # the base's own packages: apt.lock lists, never fetches them
+        return _component(name, version, kind="deb")
+    return _component(name, version, kind="deb", sha256=[deb.sha256], url=deb.url)
 
 
 def sbom(project: Project, target: str) -> str:
@@ -56,13 +68,11 @@ def sbom(project: Project, target: str) -> str:
     )
     side = diff.side(project, target)
     pins: dict[str, Pin] = {}
+    debs: dict[str, Deb] = {}
     if side.profile and (project.profiles_dir / f"{side.profile}.yaml").is_file():
-        pins = _pins(project, side.profile)
-    parts = []
-    for name, version in sorted(side.distributions.items()):
-        pin = pins.get(name)
-        parts.append(_component(name, version, kind="pypi", pin=pin if pin and pin.version == version else None))
-    parts += [_component(n, v, kind="deb") for n, v in sorted((side.os_packages or {}).items())]
+        pins, debs = _locked(project, side.profile)
+    parts = [_python(name, version, pins.get(name)) for name, version in sorted(side.distributions.items())]
+    parts += [_deb(name, version, debs.get(name)) for name, version in sorted((side.os_packages or {}).items())]
     for part in parts:
         bom.components.add(part)
     bom.register_dependency(bom.metadata.component, parts)  # the environment holds every one of them

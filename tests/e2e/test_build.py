@@ -213,6 +213,7 @@ def test_unknown_apt_package_names_the_field_and_moves_no_tag(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:
     proj = _copy_project(e2e_project, tmp_path / "apt")
+    (proj / "lockfiles" / "cpu-py311" / "apt.lock").unlink()  # OS packages not locked: apt runs in the build
     with (proj / "profiles" / "cpu-py311.yaml").open("a") as fh:
         fh.write('apt: ["envbuild-no-such-package"]\n')
     before = docker_client.images.get(f"{repo_name}:cpu-py311").id
