@@ -78,6 +78,17 @@ class AptLock:
         have.update({d.name: d for d in self.stages.get(stage, ())})
         return sorted(d.line for d in have.values())
 
+    def packages(self, stage: str) -> dict[str, str]:
+        """{package: version} of the finished stage (the runtime stage is the image)."""
+        have = {d.name: d.version for d in self.base}
+        have.update({d.name: d.version for d in self.stages.get(stage, ())})
+        return have
+
+    @property
+    def installed(self) -> dict[str, Deb]:
+        """Every package apt.lock installs in some stage, by name (a stage's pick wins over the builder's)."""
+        return {d.name: d for stage in sorted(self.stages) for d in self.stages[stage]}
+
     def sha256_list(self, stage: str) -> str:
         """sha256sum's check format for the stage's downloads in /var/cache/apt/archives."""
         return "".join(f"{d.sha256}  {d.filename}\n" for d in sorted(self.stages.get(stage, ())))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from envbuild import __version__, aptfile, compat, freshness, proc, render
+from envbuild import __version__, aptfile, compat, freshness, proc, render, sbomdoc
 from envbuild import plan as plan_mod
 from envbuild.aptfile import AptLock
 from envbuild.errors import UsageError
@@ -34,6 +35,7 @@ from envbuild.names import (
     LABEL_PROFILE,
     LABEL_PYTHON,
     LABEL_ROCM,
+    LABEL_SBOM_SHA,
     LABEL_SOURCE,
     LABEL_TORCH,
     LABEL_VERSION,
@@ -50,6 +52,7 @@ from envbuild.torchsource import TorchSource
 SMOKE_DIR = "smoke"  # in the context; the image's /opt/envbuild
 SMOKE_PACKAGE = "envbuild_smoke"  # the in-image package's import name
 SMOKE_ENTRY = "envbuild-smoke"
+SBOM_NAME = "sbom.cdx.json"  # beside the manifest: the image's /opt/envbuild/sbom.cdx.json
 CHECKS_DIR = "checks"  # the project's own checks, beside expect.json
 CHECK_TIMEOUT_S = 600
 
@@ -278,6 +281,16 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     built = dataclasses.replace(plan, source=_build_source(plan, lock, wheels))
     epoch = source_date_epoch(project, lock.path)
     labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
+    sbom_text = ""
+    if prof.flavor == "venv":
+        # what the image holds, from the lockfiles it is built from: the smoke test's integrity check
+        # and the manifest then vouch that the environment is exactly this
+        when = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+        distributions = {p.name: p.version for p in lock.pins.values()}
+        os_packages = lock.apt.packages("runtime") if lock.apt else None
+        debs = lock.apt.installed if lock.apt else {}
+        sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when)
+        labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
     outputs = render.render(built, labels=labels, apt=apt_context(lock.apt))
     ctx = project.work_dir(prof.name) / "context"
     if ctx.exists():
@@ -289,6 +302,8 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     files: dict[Path, str] = {ctx / "Dockerfile": outputs["Dockerfile"], ctx / in_context: lock.text}
     files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
+    if prof.flavor == "venv":
+        files[ctx / SMOKE_DIR / SBOM_NAME] = sbom_text
     if ca_text is not None:
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text
     if lock.apt is not None:

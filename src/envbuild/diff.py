@@ -89,7 +89,7 @@ def _lock_side(project: Project, name: str) -> Side:
     prof = validate.load_named(project, name)
     snap = freshness.require_fresh(project, plan_mod.make(project, prof, strict=False))
     # with an apt.lock, the OS packages of the finished image are known too: the base's and the runtime stage's
-    os_packages = dict(line.split(" ")[:2] for line in snap.apt.expected("runtime")) if snap.apt else None
+    os_packages = snap.apt.packages("runtime") if snap.apt else None
     pins = {p.name: p.version for p in snap.pins.values()}
     return Side(f"{name} (lockfile)", "lockfile", pins, os_packages, profile=name)
 

@@ -40,6 +40,7 @@ LABEL_PROFILE = f"{LABEL_NS}.profile"
 LABEL_IMAGE_DIGEST = f"{LABEL_NS}.image-digest"
 LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
 LABEL_APT_LOCK_SHA = f"{LABEL_NS}.apt-lock-sha256"  # the apt.lock the OS packages were installed from
+LABEL_SBOM_SHA = f"{LABEL_NS}.sbom-sha256"  # of /opt/envbuild/sbom.cdx.json, the CycloneDX document it carries
 LABEL_CONTENT_DIGEST = f"{LABEL_NS}.content-digest"  # lockfile + image digest: what the NAME-<12 hex> tag names
 LABEL_ENV_DIGEST = f"{LABEL_NS}.env-digest"  # sha256 of the build manifest: equal environments, equal digests
 ENV_DIGEST_PATH = "/opt/envbuild/env-digest"  # written by the image's manifest step

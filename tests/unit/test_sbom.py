@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import sbom
+from envbuild import sbomdoc
 from tests.conftest import Result
 
 
@@ -19,7 +19,7 @@ def test_the_sbom_of_a_profile_lists_torch_and_numpy_with_their_hashes_and_sourc
     res = cli("sbom", "cpu-py311", "-o", str(target))
     assert res.code == 0, res.err
     text = target.read_text()
-    sbom.validate_document(text)  # cyclonedx-python-lib's strict JSON validator
+    sbomdoc.validate_document(text)  # cyclonedx-python-lib's strict JSON validator
     doc = json.loads(text)
     assert doc["bomFormat"] == "CycloneDX" and doc["specVersion"] == "1.6"
     parts = {c["name"]: c for c in doc["components"]}
@@ -36,4 +36,46 @@ def test_the_sbom_of_a_profile_lists_torch_and_numpy_with_their_hashes_and_sourc
 
 def test_a_broken_document_is_refused_by_the_validator() -> None:
     with pytest.raises(ValueError, match="does not validate"):
-        sbom.validate_document(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": "x"}))
+        sbomdoc.validate_document(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": "x"}))
+
+
+def test_a_profile_with_apt_lock_lists_its_os_packages_with_the_archive_sha256(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    from envbuild import aptfile
+
+    res = cli("sbom", "cpu-py311")
+    assert res.code == 0, res.err
+    parts = {c["name"]: c for c in json.loads(res.out)["components"]}
+    apt = aptfile.parse((engineless_project / "lockfiles" / "cpu-py311" / "apt.lock").read_text())
+    python = next(d for d in apt.stages["runtime"] if d.name == "python3.11")
+    entry = parts["python3.11"]
+    assert entry["purl"].startswith("pkg:deb/python3.11@") and entry["version"] == python.version
+    assert entry["hashes"] == [{"alg": "SHA-256", "content": python.sha256}]
+    assert entry["externalReferences"] == [{"type": "distribution", "url": python.url}]
+    base_only = next(d for d in apt.base if d.name not in apt.installed)  # in the base, never fetched
+    assert "hashes" not in parts[base_only.name] and parts[base_only.name]["version"] == base_only.version
+
+
+def test_every_image_carries_its_sbom_made_the_same_way_each_time(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    """The build context holds the SBOM the image will carry (/opt/envbuild/sbom.cdx.json), labelled
+    by its sha256, and it is the same bytes for the same lockfiles (no random serial, no clock)."""
+    import hashlib
+
+    def context() -> tuple[str, dict[str, str]]:
+        res = cli("build", "cpu-py311", "--context-only", "--json")
+        assert res.code == 0, res.err
+        report = json.loads(res.out)
+        return (Path(report["context"]) / "smoke" / "sbom.cdx.json").read_text(), report["labels"]
+
+    first, labels = context()
+    second, _ = context()
+    assert first == second
+    sbomdoc.validate_document(first)
+    assert labels["io.envbuild.sbom-sha256"] == hashlib.sha256(first.encode()).hexdigest()
+    doc = json.loads(first)
+    assert doc["metadata"]["timestamp"].startswith(labels["org.opencontainers.image.created"][:19])
+    names = {c["name"] for c in doc["components"]}
+    assert {"torch", "numpy", "einops", "python3.11", "g++"} <= names

@@ -1,0 +1,87 @@
+"""CycloneDX documents of an environment, made with cyclonedx-python-lib and checked by its validator.
+
+One place builds them, for `envbuild sbom` and for the copy every image carries
+(/opt/envbuild/sbom.cdx.json): Python distributions with the lockfile's sha256 hashes and index,
+OS packages with apt.lock's sha256 and URL where apt.lock installed them. With `when` the document
+is deterministic (its serial number derives from its content, its timestamp is the build's
+SOURCE_DATE_EPOCH), so the build context stays the same bytes for the same inputs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from envbuild import __version__
+from envbuild.aptfile import Deb
+from envbuild.lockfile import Pin
+
+SCHEMA = "1.6"
+
+
+def _component(name: str, version: str, *, kind: str, sha256: list[str] | None = None, url: str = "") -> Any:
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, XsUri
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
+    purl = PackageURL(type=kind, name=name, version=version)
+    hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in sorted(sha256 or [])]
+    component = Component(
+        name=name, version=version, type=ComponentType.LIBRARY, purl=purl, bom_ref=str(purl), hashes=hashes
+    )
+    if url.startswith(("http://", "https://")):
+        component.external_references.add(ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(url)))
+    return component
+
+
+def _python(name: str, version: str, pin: Pin | None) -> Any:
+    if pin is None or pin.version != version:
+        return _component(name, version, kind="pypi")
+    sums = [h.split(":", 1)[1] for h in pin.hashes if h.startswith("sha256:")]
+    return _component(name, version, kind="pypi", sha256=sums, url=pin.source)
+
+
+def _deb(name: str, version: str, deb: Deb | None) -> Any:
+    if deb is None or deb.version != version:  # the base's own packages: apt.lock lists, never fetches them
+        return _component(name, version, kind="deb")
+    return _component(name, version, kind="deb", sha256=[deb.sha256], url=deb.url)
+
+
+def document(
+    target: str,
+    distributions: dict[str, str],
+    os_packages: dict[str, str] | None,
+    pins: dict[str, Pin],
+    debs: dict[str, Deb],
+    when: datetime.datetime | None = None,
+) -> str:
+    """The CycloneDX JSON of an environment, validated before it is returned."""
+    from cyclonedx.model.bom import Bom, BomMetaData
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+
+    top = Component(name=target, version=__version__, type=ComponentType.CONTAINER, bom_ref=f"envbuild:{target}")
+    parts = [_python(name, version, pins.get(name)) for name, version in sorted(distributions.items())]
+    parts += [_deb(name, version, debs.get(name)) for name, version in sorted((os_packages or {}).items())]
+    serial = None
+    if when is not None:
+        seed = "\n".join([target, *(f"{p.purl}" for p in parts), *(h.content for p in parts for h in p.hashes)])
+        serial = uuid.uuid5(uuid.NAMESPACE_URL, f"envbuild:{seed}")
+    bom = Bom(serial_number=serial, metadata=BomMetaData(component=top, timestamp=when))
+    for part in parts:
+        bom.components.add(part)
+    bom.register_dependency(top, parts)  # the environment holds every one of them
+    text = JsonV1Dot6(bom).output_as_string(indent=2)
+    validate_document(text)
+    return str(text) + "\n"
+
+
+def validate_document(text: str) -> None:
+    """The library's own strict validator: a document that fails it is a bug, never written."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
+    if errors is not None:
+        raise ValueError(f"the generated CycloneDX document does not validate: {errors}")
