@@ -22,6 +22,21 @@ def _check(report: dict[str, Any], name: str) -> dict[str, Any]:
     return next(c for c in report["checks"] if c["name"] == name)
 
 
+def _layer_steps(docker_client: Any, image_id: str) -> list[str]:
+    """What made each layer of an image, oldest first: the steps that write files (RUN, COPY, ADD;
+    the classic builder's other instructions make empty layers), the base first."""
+    made = []
+    for entry in reversed(docker_client.api.history(image_id)):
+        created = str(entry.get("CreatedBy") or "")
+        if "#(nop) " in created and not any(k in created for k in ("COPY", "ADD")):
+            continue
+        text = created.split("#(nop) ", 1)[-1].replace("/bin/bash -o pipefail -c ", "RUN ").strip()
+        if text.startswith(("COPY", "ADD")) and " in " in text:
+            text = f"COPY to {text.rsplit(' in ', 1)[1].strip()}"  # "COPY dir:<hash> in /opt/venv"
+        made.append(text[:48])
+    return ["base image", *made[1:]] if made else []
+
+
 def test_two_cold_builds_of_one_lockfile_give_the_same_environment(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str
 ) -> None:
@@ -37,7 +52,24 @@ def test_two_cold_builds_of_one_lockfile_give_the_same_environment(
     seconds = time.monotonic() - t0
     assert again["labels"]["io.envbuild.env-digest"] == first, "two builds of one lockfile differ"
     assert again["built_image_id"] != built_cpu["built_image_id"]  # really rebuilt, not taken from the cache
-    record("reproducible_build", cold_build_seconds=round(seconds, 1), env_digest_equal=True)
+    # Layer by layer: which layers of the two images are byte for byte the same (same diff ID), and
+    # which step made each; docs/REPRODUCIBILITY.md explains the rest.
+    steps = _layer_steps(docker_client, built_cpu["built_image_id"])
+    layers_a = docker_client.images.get(built_cpu["built_image_id"]).attrs["RootFS"]["Layers"]
+    layers_b = docker_client.images.get(again["built_image_id"]).attrs["RootFS"]["Layers"]
+    assert len(layers_a) == len(layers_b)
+    pairs = list(enumerate(zip(layers_a, layers_b, strict=True)))
+    same = [steps[i] if i < len(steps) else f"layer {i}" for i, (x, y) in pairs if x == y]
+    differ = [steps[i] if i < len(steps) else f"layer {i}" for i, (x, y) in pairs if x != y]
+    assert same and same[0] == "base image"  # at least the pinned base is shared
+    record(
+        "reproducible_build",
+        cold_build_seconds=round(seconds, 1),
+        env_digest_equal=True,
+        layers=len(layers_a),
+        layers_identical=f"{len(same)}: " + "; ".join(same),
+        layers_different=f"{len(differ)}: " + "; ".join(differ),
+    )
     for image in docker_client.images.list(name=f"{repo_name}-cold"):
         for tag in image.tags:
             docker_client.images.remove(tag, force=True)
