@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from envbuild import aptfile, buildctx, render, validate
+from envbuild import buildctx, render, validate
 from envbuild import plan as plan_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,11 +24,10 @@ def main() -> int:
             continue
         prof = validate.load_valid(path)
         outputs = render.render(plan_mod.for_profile(prof, templates_dir=REPO / "templates"))
-        apt_lock = REPO / "lockfiles" / prof.name / "apt.lock"
-        if apt_lock.is_file():  # the Dockerfile a build renders with the committed apt.lock
-            plan = plan_mod.for_profile(prof, templates_dir=REPO / "templates")
-            pinned = render.render(plan, apt=buildctx.apt_context(aptfile.parse(apt_lock.read_text("utf-8"))))
-            outputs["Dockerfile.apt-locked"] = pinned["Dockerfile"]
+        plan = plan_mod.for_profile(prof, templates_dir=REPO / "templates")
+        built = buildctx.dockerfile_from(plan, REPO / "lockfiles" / prof.name)
+        if built is not None:
+            outputs["Dockerfile.build"] = built
         render.write_outputs(outputs, golden / prof.name)
         print(f"golden: {prof.name}: {', '.join(sorted(outputs))}")
     return 0

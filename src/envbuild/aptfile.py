@@ -32,6 +32,9 @@ DPKG_LIST = (
 )
 
 
+APT_CACHE = "/var/cache/apt/archives"  # where apt-get puts what it downloads
+
+
 def apt_lock_name(platform: str) -> str:
     return "apt.lock" if platform == "x86_64" else f"apt.{platform}.lock"
 
@@ -91,7 +94,7 @@ class AptLock:
 
     def sha256_list(self, stage: str) -> str:
         """sha256sum's check format for the stage's downloads in /var/cache/apt/archives."""
-        return "".join(f"{d.sha256}  {d.filename}\n" for d in sorted(self.stages.get(stage, ())))
+        return "".join(f"{d.sha256}  {APT_CACHE}/{d.filename}\n" for d in sorted(self.stages.get(stage, ())))
 
     @property
     def base_digest(self) -> str:

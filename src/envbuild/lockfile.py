@@ -172,6 +172,23 @@ def parse_requirements(text: str) -> dict[str, Pin]:
     return pins
 
 
+def blocks(text: str) -> dict[str, str]:
+    """Each requirement of a hashed requirements lock as written (its line, hashes and comments), by
+    canonical name: a subset of a lockfile is these blocks, never a re-rendering of them."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for raw in text.splitlines():
+        if raw[:1].isalnum():
+            name = canonical(raw.split("==", 1)[0].split(";", 1)[0].strip())
+            current = out.setdefault(name, [])
+            current.append(raw)
+        elif raw[:1].isspace() and raw.strip() and current is not None:
+            current.append(raw)
+        else:
+            current = None
+    return {name: "\n".join(lines) + "\n" for name, lines in out.items()}
+
+
 def resolution_id(pins: dict[str, Pin], fmt: int = FORMAT_VERSION) -> str:
     """sha256 of a resolution: each pin's name and version, and from format 2 its hashes too (so an
     appended package or a swapped hash shows as an edit)."""

@@ -76,12 +76,20 @@ _BUILDER_LABEL_KEYS = frozenset({LABEL_PROFILE, LABEL_LOCK_SHA, LABEL_SOURCE})
 NO_APT: dict[str, Any] = {"apt_pins": None, "apt_snapshot_sh": "true", "apt_dpkg_list": ""}
 
 
-def context(plan: Plan, *, labels: dict[str, str] | None = None, apt: dict[str, Any] | None = None) -> dict[str, Any]:
+def context(
+    plan: Plan,
+    *,
+    labels: dict[str, str] | None = None,
+    apt: dict[str, Any] | None = None,
+    layers: dict[str, tuple[str, ...]] | None = None,
+) -> dict[str, Any]:
     """What the templates see: the plan's facts under the names the templates use. `apt` is what the
     build read from apt.lock (pins per stage, the snapshot and dpkg-list commands), else NO_APT."""
     profile = plan.profile
     return {
         **(apt or NO_APT),
+        # the image's environment layers (buildctx.layer_groups); without a lock (render): one layer
+        "layer_groups": [g for g in (layers or {}) if g != "rest"],
         "envbuild_version": __version__,
         "profile": profile,
         "name": profile.name,
@@ -134,11 +142,17 @@ def render_one(plan: Plan, template_name: str, *, overrides: dict[str, Any] | No
     return str(env.get_template(template_name).render(ctx))
 
 
-def render(plan: Plan, *, labels: dict[str, str] | None = None, apt: dict[str, Any] | None = None) -> dict[str, str]:
+def render(
+    plan: Plan,
+    *,
+    labels: dict[str, str] | None = None,
+    apt: dict[str, Any] | None = None,
+    layers: dict[str, tuple[str, ...]] | None = None,
+) -> dict[str, str]:
     """Render every output of a plan: {file name: text}. Same inputs, same bytes."""
     jinja2 = _env()
     env = make_environment(plan.templates_dir)
-    ctx = context(plan, labels=labels, apt=apt)
+    ctx = context(plan, labels=labels, apt=apt, layers=layers)
     out: dict[str, str] = {}
     for template_name in TEMPLATE_NAMES[plan.profile.flavor]:
         try:

