@@ -109,6 +109,7 @@ def context(
         "compile_packages": list(plan.compile_packages),
         "pip_specs": list(plan.pip_specs),
         "uid": IMAGE_UID,
+        "stage_label": LABEL_STAGE,
         "labels": sorted((labels or {}).items()),
         # Only what stays put between commits (no created/revision): this LABEL step must stay cached.
         "builder_labels": sorted(

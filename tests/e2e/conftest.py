@@ -276,3 +276,22 @@ class StallingLink:
         for sock in [self._server, *self._open]:
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+def layer_table(cli: Any, image_id: str) -> list[tuple[str, str, int]]:
+    """(diff ID, the step that made it, bytes) for each layer of an image, base first. The classic
+    builder makes a layer for RUN, COPY and ADD; its other instructions make empty history entries."""
+    made = []
+    for entry in reversed(cli.api.history(image_id)):
+        created = str(entry.get("CreatedBy") or "")
+        if "#(nop) " in created and not any(k in created for k in ("COPY", "ADD")):
+            continue
+        text = created.split("#(nop) ", 1)[-1].replace("/bin/bash -o pipefail -c ", "RUN ").strip()
+        if text.startswith(("COPY", "ADD")) and " in " in text:
+            text = f"COPY to {text.rsplit(' in ', 1)[1].strip()}"  # "COPY dir:<hash> in /opt/venv"
+        made.append((text[:48], int(entry.get("Size") or 0)))
+    layers = cli.images.get(image_id).attrs["RootFS"]["Layers"]
+    if len(made) != len(layers):
+        return [(d, f"layer {i}", 0) for i, d in enumerate(layers)]
+    made[0] = ("base image", made[0][1])
+    return [(d, step, size) for d, (step, size) in zip(layers, made, strict=True)]

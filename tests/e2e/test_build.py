@@ -31,7 +31,9 @@ def test_labels_and_both_tags(docker_client: Any, built_cpu: dict[str, Any], e2e
     moving = docker_client.images.get(f"{repo_name}:cpu-py311")
     labels = moving.labels
     # the immutable tag names everything that reached the image: the lockfile and the image digest
-    content = content_digest(lock_sha, labels["io.envbuild.image-digest"])
+    apt_sha = hashlib.sha256((lock_path.parent / "apt.lock").read_bytes()).hexdigest()
+    assert labels["io.envbuild.apt-lock-sha256"] == apt_sha
+    content = content_digest(lock_sha, labels["io.envbuild.image-digest"], apt_sha)
     assert labels["io.envbuild.content-digest"] == content
     immutable = docker_client.images.get(f"{repo_name}:cpu-py311-{content[:12]}")
     assert moving.id == immutable.id == built_cpu["image_id"]

@@ -75,6 +75,7 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     prof = validate.load_valid(proj / "profiles" / "cpu-py311.yaml")
     lock_sha = lockfile.lock_sha256((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
     image_digest = plan_mod.make(open_project(str(proj)), prof, strict=False).image_digest
+    apt_sha = lockfile.lock_sha256((proj / "lockfiles" / "cpu-py311" / "apt.lock").read_text())
     source = f"file://{proj}"
     repo = f"{repo_name}-images"
 
@@ -85,6 +86,8 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
             "io.envbuild.image-digest": image_digest,
             "org.opencontainers.image.source": src,
         }
+        if name == "cpu-py311":
+            out["io.envbuild.apt-lock-sha256"] = apt_sha  # the OS packages it was built with
         if smoke:
             out["io.envbuild.smoke"] = "passed"
         return out

@@ -13,28 +13,13 @@ import pytest
 from envbuild.smoke import host
 from tests.unit.test_hardening import record
 
-from .conftest import derived, envbuild, local_build
+from .conftest import derived, envbuild, layer_table, local_build
 
 pytestmark = pytest.mark.e2e
 
 
 def _check(report: dict[str, Any], name: str) -> dict[str, Any]:
     return next(c for c in report["checks"] if c["name"] == name)
-
-
-def _layer_steps(docker_client: Any, image_id: str) -> list[str]:
-    """What made each layer of an image, oldest first: the steps that write files (RUN, COPY, ADD;
-    the classic builder's other instructions make empty layers), the base first."""
-    made = []
-    for entry in reversed(docker_client.api.history(image_id)):
-        created = str(entry.get("CreatedBy") or "")
-        if "#(nop) " in created and not any(k in created for k in ("COPY", "ADD")):
-            continue
-        text = created.split("#(nop) ", 1)[-1].replace("/bin/bash -o pipefail -c ", "RUN ").strip()
-        if text.startswith(("COPY", "ADD")) and " in " in text:
-            text = f"COPY to {text.rsplit(' in ', 1)[1].strip()}"  # "COPY dir:<hash> in /opt/venv"
-        made.append(text[:48])
-    return ["base image", *made[1:]] if made else []
 
 
 def test_two_cold_builds_of_one_lockfile_give_the_same_environment(
@@ -54,7 +39,7 @@ def test_two_cold_builds_of_one_lockfile_give_the_same_environment(
     assert again["built_image_id"] != built_cpu["built_image_id"]  # really rebuilt, not taken from the cache
     # Layer by layer: which layers of the two images are byte for byte the same (same diff ID), and
     # which step made each; docs/REPRODUCIBILITY.md explains the rest.
-    steps = _layer_steps(docker_client, built_cpu["built_image_id"])
+    steps = [step for _, step, _ in layer_table(docker_client, built_cpu["built_image_id"])]
     layers_a = docker_client.images.get(built_cpu["built_image_id"]).attrs["RootFS"]["Layers"]
     layers_b = docker_client.images.get(again["built_image_id"]).attrs["RootFS"]["Layers"]
     assert len(layers_a) == len(layers_b)

@@ -78,7 +78,10 @@ def test_expected_lists_are_the_base_plus_what_the_stage_adds() -> None:
     runtime = lock.expected("runtime")
     assert runtime == sorted(runtime)
     assert len(runtime) == len({d.name for d in lock.base} | {d.name for d in lock.stages["runtime"]})
-    assert all(f"{d.sha256}  /var/cache/apt/archives/{d.filename}" in lock.sha256_list("runtime") for d in lock.stages["runtime"])
+    assert all(
+        f"{d.sha256}  /var/cache/apt/archives/{d.filename}" in lock.sha256_list("runtime")
+        for d in lock.stages["runtime"]
+    )
 
 
 @pytest.mark.parametrize(
