@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from envbuild import buildctx, render, validate
+from envbuild import layering, render, validate
 from envbuild import plan as plan_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def main() -> int:
         prof = validate.load_valid(path)
         outputs = render.render(plan_mod.for_profile(prof, templates_dir=REPO / "templates"))
         plan = plan_mod.for_profile(prof, templates_dir=REPO / "templates")
-        built = buildctx.dockerfile_from(plan, REPO / "lockfiles" / prof.name)
+        built = layering.dockerfile_from(plan, REPO / "lockfiles" / prof.name)
         if built is not None:
             outputs["Dockerfile.build"] = built
         render.write_outputs(outputs, golden / prof.name)

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from envbuild import __version__, aptfile, compat, freshness, lockfile, proc, render, sbomdoc
+from envbuild import __version__, compat, freshness, layering, proc, sbomdoc
 from envbuild import plan as plan_mod
-from envbuild.aptfile import AptLock
 from envbuild.errors import UsageError
 from envbuild.freshness import LockSnapshot
 from envbuild.fsutil import atomic_write_many, sha256_file
 from envbuild.lockfile import Pin
 from envbuild.names import (
+    FIXED_MTIME,
     LABEL_ACCELERATOR,
     LABEL_APT_LOCK_SHA,
     LABEL_CONTENT_DIGEST,
@@ -142,71 +142,6 @@ def expectations(plan: Plan, lock: LockSnapshot | None) -> dict[str, Any]:
         expect["driver_floor"] = floor.model_dump() if floor else None
         expect["arches"] = arches.sm if arches else None
     return expect
-
-
-# The torch family's own runtime: CUDA/ROCm libraries and Triton come as wheels of their own.
-_TORCH_RUNTIME = ("nvidia-", "triton", "pytorch-triton", "cuda-")
-
-
-def layer_groups(plan: Plan, pins: dict[str, Pin]) -> dict[str, tuple[str, ...]]:
-    """The image's environment layers, biggest and least often changed first, chosen from the lock:
-    `torch` (torch and its CUDA/ROCm/Triton runtime wheels), `torch-extras` (torchvision and
-    torchaudio), and `rest` (everything else, the venv itself included). Two profiles on one base
-    with the same torch build get the same `torch` layer, byte for byte, whatever else they lock."""
-    torch = tuple(sorted(n for n in pins if n == "torch" or n.startswith(_TORCH_RUNTIME)))
-    extras = tuple(sorted(n for n in pins if n in plan.torch_family and n not in torch))
-    groups = {"torch": torch, "torch-extras": extras}
-    rest = tuple(sorted(n for n in pins if n not in torch + extras))
-    return {**{g: names for g, names in groups.items() if names}, "rest": rest}
-
-
-def group_files(lock: LockSnapshot, groups: dict[str, tuple[str, ...]]) -> dict[str, str]:
-    """requirements.<group>.lock for each layer: the lockfile's own blocks (hashes and all), split."""
-    blocks = lockfile.blocks(lock.text)
-    head = "# A part of requirements.lock (envbuild build splits it by image layer); do not edit.\n"
-    return {f"requirements.{g}.lock": head + "".join(blocks[n] for n in names) for g, names in groups.items()}
-
-
-def render_for(
-    plan: Plan, pins: dict[str, Pin], apt: AptLock | None, labels: dict[str, str] | None = None
-) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
-    """What `build` renders from a lock: the outputs, with the environment split into layers and the
-    OS packages pinned by apt.lock; and the layer groups it split by."""
-    groups = layer_groups(plan, pins) if plan.profile.flavor == "venv" else {}
-    return render.render(plan, labels=labels, apt=apt_context(apt), layers=groups), groups
-
-
-def dockerfile_from(plan: Plan, folder: Path) -> str | None:
-    """The Dockerfile `build` renders from a lockfile folder, labels aside (the golden files keep
-    it); None without a requirements.lock."""
-    if not (folder / "requirements.lock").is_file():
-        return None
-    pins = lockfile.parse_requirements((folder / "requirements.lock").read_text("utf-8"))
-    apt = aptfile.parse((folder / "apt.lock").read_text("utf-8")) if (folder / "apt.lock").is_file() else None
-    return render_for(plan, pins, apt)[0]["Dockerfile"]
-
-
-def apt_context(apt: AptLock | None) -> dict[str, Any] | None:
-    """What the Dockerfile needs of apt.lock: the pins of each stage, and how to list and fetch."""
-    if apt is None:
-        return None
-    return {
-        "apt_pins": {stage: [d.pin for d in sorted(debs)] for stage, debs in apt.stages.items()},
-        "apt_snapshot_sh": aptfile.snapshot_script(apt.snapshot),
-        "apt_dpkg_list": aptfile.DPKG_LIST,
-    }
-
-
-def apt_files(lock: LockSnapshot) -> dict[str, str]:
-    """The context's apt/ folder (the image's /opt/envbuild/apt/): apt.lock itself, the base's package
-    list, and per stage the sha256 list of its downloads and dpkg's expected list afterwards."""
-    apt = lock.apt
-    assert apt is not None  # noqa: S101  # callers check
-    files = {"apt.lock": lock.apt_text, "base.list": "".join(f"{line}\n" for line in sorted(d.line for d in apt.base))}
-    for stage in apt.stages:
-        files[f"{stage}.sha256"] = apt.sha256_list(stage)
-        files[f"{stage}.expect"] = "".join(f"{line}\n" for line in apt.expected(stage))
-    return files
 
 
 def _local_dirs(links: tuple[str, ...]) -> list[Path]:
@@ -333,7 +268,8 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
         debs = lock.apt.installed if lock.apt else {}
         sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
-    outputs, groups = render_for(built, lock.pins, lock.apt, labels)
+    tool, uv_binary = layering.installer(built, platform)
+    outputs, groups = layering.render_for(built, lock.pins, lock.apt, labels, tool)
     ctx = project.work_dir(prof.name) / "context"
     if ctx.exists():
         shutil.rmtree(ctx)
@@ -342,7 +278,7 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     # Under the x86_64 name whatever the platform: the Dockerfile copies one lockfile.
     in_context = lock_names("x86_64", prof.flavor)[0]
     files: dict[Path, str] = {ctx / "Dockerfile": outputs["Dockerfile"], ctx / in_context: lock.text}
-    files.update({ctx / name: text for name, text in group_files(lock, groups).items()})
+    files.update({ctx / name: text for name, text in layering.group_files(lock, groups).items()})
     files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     if prof.flavor == "venv":
@@ -350,19 +286,22 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     if ca_text is not None:
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text
     if lock.apt is not None:
-        files.update({ctx / "apt" / name: text for name, text in apt_files(lock).items()})
+        files.update({ctx / "apt" / name: text for name, text in layering.apt_files(lock).items()})
     atomic_write_many(files)
     (ctx / SMOKE_DIR / SMOKE_ENTRY).chmod(0o755)
     if wheels:
         say("phase", "wheels", f"{len(wheels)} wheel(s) from the local wheelhouse")
-    for wheel in wheels:
-        # A hard link when possible: torch wheels are hundreds of MB.
-        target = ctx / "wheels" / wheel.name
-        try:
-            os.link(wheel, target)
-        except OSError:
-            shutil.copyfile(wheel, target)
+    (ctx / "tools").mkdir()
+    binaries = [(w, ctx / "wheels" / w.name) for w in wheels]
+    binaries += [(uv_binary, ctx / "tools" / "uv")] if uv_binary else []
+    for source, target in binaries:
+        # Copied, not hard-linked: the times set below must not reach the user's own files.
+        shutil.copyfile(source, target)
+        target.chmod(source.stat().st_mode & 0o777)
     for path in sorted(ctx.rglob("*")):
         if not path.is_symlink():
-            os.utime(path, (epoch, epoch))
+            # wheels keep one fixed time: uv records a local wheel's mtime in the installed
+            # distribution, which must not differ between profiles sharing a torch layer
+            stamp = FIXED_MTIME if path.parent == ctx / "wheels" else epoch
+            os.utime(path, (stamp, stamp))
     return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch)

@@ -39,6 +39,9 @@ LABEL_VERSION = f"{LABEL_NS}.version"
 LABEL_PROFILE = f"{LABEL_NS}.profile"
 LABEL_IMAGE_DIGEST = f"{LABEL_NS}.image-digest"
 LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
+# Every file of an image's environment gets this time (1980-01-01, the oldest a zip archive can
+# hold): a layer's bytes then depend on what is in it, not on when it was built.
+FIXED_MTIME = 315532800
 LABEL_APT_LOCK_SHA = f"{LABEL_NS}.apt-lock-sha256"  # the apt.lock the OS packages were installed from
 LABEL_SBOM_SHA = f"{LABEL_NS}.sbom-sha256"  # of /opt/envbuild/sbom.cdx.json, the CycloneDX document it carries
 LABEL_CONTENT_DIGEST = f"{LABEL_NS}.content-digest"  # lockfile + image digest: what the NAME-<12 hex> tag names

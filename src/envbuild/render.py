@@ -15,7 +15,7 @@ from typing import Any
 
 from envbuild import __version__
 from envbuild.errors import RenderError
-from envbuild.names import IMAGE_UID, LABEL_LOCK_SHA, LABEL_PROFILE, LABEL_SOURCE, LABEL_STAGE
+from envbuild.names import FIXED_MTIME, IMAGE_UID, LABEL_LOCK_SHA, LABEL_PROFILE, LABEL_SOURCE, LABEL_STAGE
 from envbuild.plan import TEMPLATE_NAMES, Plan, default_templates_dir
 
 OUTPUT_NAMES = {
@@ -82,13 +82,17 @@ def context(
     labels: dict[str, str] | None = None,
     apt: dict[str, Any] | None = None,
     layers: dict[str, tuple[str, ...]] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the templates see: the plan's facts under the names the templates use. `apt` is what the
     build read from apt.lock (pins per stage, the snapshot and dpkg-list commands), else NO_APT."""
     profile = plan.profile
     return {
+        "installer": "pip",
+        "fixed_mtime": FIXED_MTIME,
+        **(extra or {}),
         **(apt or NO_APT),
-        # the image's environment layers (buildctx.layer_groups); without a lock (render): one layer
+        # the image's environment layers (layering.layer_groups); without a lock (render): one layer
         "layer_groups": [g for g in (layers or {}) if g != "rest"],
         "envbuild_version": __version__,
         "profile": profile,
@@ -149,11 +153,12 @@ def render(
     labels: dict[str, str] | None = None,
     apt: dict[str, Any] | None = None,
     layers: dict[str, tuple[str, ...]] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """Render every output of a plan: {file name: text}. Same inputs, same bytes."""
     jinja2 = _env()
     env = make_environment(plan.templates_dir)
-    ctx = context(plan, labels=labels, apt=apt, layers=layers)
+    ctx = context(plan, labels=labels, apt=apt, layers=layers, extra=extra)
     out: dict[str, str] = {}
     for template_name in TEMPLATE_NAMES[plan.profile.flavor]:
         try:

