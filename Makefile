@@ -9,7 +9,7 @@ define run_pytest
 	$(PYTEST) $(1) || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests: failing" >&2; exit $$rc; }
 endef
 
-.PHONY: help install engine run test e2e check lint typecheck golden bench bench-cli bench-lock bench-build bench-smoke reliability host-smoke compat-refresh clean
+.PHONY: help install engine run test e2e check lint typecheck golden bench bench-cli bench-lock bench-build bench-smoke bench-reuse bench-lock-speed reliability host-smoke compat-refresh clean
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -78,6 +78,12 @@ bench-build: install engine ## Build benchmark only
 
 bench-smoke: install engine ## Smoke benchmark only
 	$(PY) benchmarks/run.py smoke
+
+bench-reuse: install engine ## Layers, first rebuild, re-lock rebuild and registry bytes only
+	$(PY) benchmarks/run.py reuse
+
+bench-lock-speed: install ## lock vs raw uv, and the whole matrix from a cold cache, only
+	$(PY) benchmarks/run.py lock-speed
 
 clean: ## Remove build folders and caches
 	rm -rf .envbuild build dist .pytest_cache .mypy_cache .ruff_cache

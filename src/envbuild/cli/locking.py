@@ -1,5 +1,6 @@
 """Commands on lockfiles: lock, and venv (a local environment from one)."""
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -100,11 +101,10 @@ def lock(
         base=base,
         apt=apt,
     )
-    outcomes = _with_progress(
-        chosen,
-        as_json,
-        lambda events: lk.lock_many(proj, chosen, opts, jobs or proj.config.lock_jobs, events),
-    )
+    at_once = jobs or proj.config.lock_jobs
+    started = time.monotonic()
+    outcomes = _with_progress(chosen, as_json, lambda events: lk.lock_many(proj, chosen, opts, at_once, events))
+    took = time.monotonic() - started
     failed = [o for o in outcomes if o.state == "failed"]
     if as_json:
         output.emit_json(
@@ -123,6 +123,13 @@ def lock(
         )
     else:
         _print_lock_changes(outcomes, dry_run)
+        if len(outcomes) > 1:  # the matrix as a whole: what a person waits for
+            done = sum(o.state == "locked" for o in outcomes)
+            fresh = sum(o.state == "fresh" for o in outcomes)
+            output.err().print(
+                f"{len(outcomes)} profile(s) in {took:.1f}s, up to {min(at_once, len(outcomes))} at a time: "
+                f"{done} locked, {fresh} already fresh, {len(failed)} failed"
+            )
     if not as_json and len(failed) > 1:
         # One failure is reported once, by the error it raises below; several each get theirs here.
         for o in failed:
