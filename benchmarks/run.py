@@ -90,6 +90,12 @@ def project_copy(names: list[str]) -> Path:
     return root
 
 
+def relock_apt(proj: Path, name: str) -> None:
+    """apt.lock against this machine's debootstrapped base (its packages follow Debian's archive)."""
+    (proj / "lockfiles" / name / "apt.lock").unlink(missing_ok=True)
+    envbuild("lock", name, "--base", BASE, "--find-links", WHEELS, cwd=proj)
+
+
 def write_section(name: str, body: str) -> None:
     DOC.parent.mkdir(exist_ok=True)
     text = (
@@ -211,6 +217,7 @@ def _naive_image(proj: Path) -> tuple[float, int]:
 
 def bench_build(runs: int) -> str:
     proj = project_copy(["cpu-py311"])
+    relock_apt(proj, "cpu-py311")
     repo = "envbuild-bench"
     common = ["--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", repo, "--json", "--no-smoke"]
     # The last run's image belongs to a project folder that is gone: nothing else would remove it.
@@ -269,6 +276,7 @@ def bench_build(runs: int) -> str:
 
 def bench_smoke(runs: int) -> str:
     proj = project_copy(["cpu-py311"])
+    relock_apt(proj, "cpu-py311")
     repo = "envbuild-bench-smoke"
     envbuild(
         "build",
@@ -387,6 +395,7 @@ def bench_reuse(runs: int) -> str:
     first rebuild after it, a re-lock of one small package (time and bytes pushed), and the bytes a
     second profile that shares torch adds to a registry."""
     proj = project_copy(["cpu-py311"])
+    relock_apt(proj, "cpu-py311")
     repo = "envbuild-bench-reuse"
     common = ["--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", repo, "--json", "--no-smoke"]
     sh(["docker", "rmi", f"{repo}:cpu-py311-untested", f"{repo}:cpu-py311-tqdm-untested"], check=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,25 @@ class FakeIndex:
     def __call__(self, requirements: list[str], python: str, **_: object) -> dict[str, str]:
         self.asked.append((list(requirements), python))
         return {r.split("==")[0]: self.newest[r] for r in requirements}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The tests' own wheel cache (ENVBUILD_CACHE_DIR), never the user's; removed afterwards.
+    Subprocesses inherit it."""
+    import os
+
+    from envbuild.wheelcache import CACHE_ENV
+
+    folder = tmp_path_factory.mktemp("wheel-cache")
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from envbuild import buildctx, buildfail, engine, hostgpu
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
-from envbuild.errors import BuildError, SmokeFailed, UsageError
+from envbuild.errors import BuildError, SmokeFailed, UsageError, WriteFailed
 from envbuild.fsutil import atomic_write_many
 from envbuild.localimage import repository
 from envbuild.names import (
@@ -76,17 +76,22 @@ def _sdk_build(
     cli: Any, ctx: Path, prof: Profile, *, buildargs: dict[str, str], opts: BuildOptions, log: BuildLog, say: Events
 ) -> str:
     image_id = ""
-    stream = cli.api.build(
-        path=str(ctx),
-        dockerfile="Dockerfile",
-        target="runtime",
-        buildargs=buildargs,
-        rm=True,
-        forcerm=True,
-        nocache=opts.no_cache,
-        pull=opts.pull,
-        decode=True,
-    )
+    try:
+        stream = cli.api.build(
+            path=str(ctx),
+            dockerfile="Dockerfile",
+            target="runtime",
+            buildargs=buildargs,
+            rm=True,
+            forcerm=True,
+            nocache=opts.no_cache,
+            pull=opts.pull,
+            decode=True,
+        )
+    except OSError as exc:
+        # the SDK packs the context into a temporary file first; its own message ("Can not read
+        # file in context") hides a full disk there
+        raise _packing_error(ctx, exc) from exc
     pulling = engine.Transfer()  # --pull: the base image's layers come through this stream
     for chunk in stream:
         if "stream" in chunk:
@@ -114,6 +119,22 @@ def _sdk_build(
     if not image_id:
         raise _build_error(prof, "the engine finished without an image ID", log)
     return image_id
+
+
+def _packing_error(ctx: Path, exc: OSError) -> WriteFailed:
+    import errno
+    import tempfile
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            where = tempfile.gettempdir()
+            return WriteFailed(
+                f"no space left in {where} to pack the build context ({ctx})",
+                hint="free space there, or point TMPDIR at a disk with room (the context is packed there first)",
+            )
+        seen = seen.__cause__ or seen.__context__
+    return WriteFailed(f"cannot pack the build context {ctx}: {exc}", hint="check the folder's files and permissions")
 
 
 def _build_error(prof: Profile, message: str, log: BuildLog) -> BuildError:
@@ -265,7 +286,8 @@ def context_only(project: Project, prof: Profile, opts: BuildOptions, events: Ev
     plan = plan_mod.make(project, prof, opts.plan_options())
     platform = _target_platform(plan, opts.platform, None)
     with exclusive(project, prof.name, say):
-        ctx = buildctx.prepare(project, plan, opts, platform, say)
+        # no downloads for a context only: it places what the wheel cache and wheelhouses hold
+        ctx = buildctx.prepare(project, plan, opts, platform, say, fetch=False)
     return {
         "profile": prof.name,
         "context": str(ctx.directory),

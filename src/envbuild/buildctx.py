@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from envbuild import __version__, compat, freshness, layering, proc, sbomdoc
+from envbuild import __version__, compat, freshness, layering, proc, sbomdoc, wheelcache
 from envbuild import plan as plan_mod
 from envbuild.errors import UsageError
 from envbuild.freshness import LockSnapshot
-from envbuild.fsutil import atomic_write_many, sha256_file
-from envbuild.lockfile import Pin
+from envbuild.fsutil import atomic_write_many
 from envbuild.names import (
-    FIXED_MTIME,
     LABEL_ACCELERATOR,
     LABEL_APT_LOCK_SHA,
     LABEL_CONTENT_DIGEST,
@@ -40,7 +38,6 @@ from envbuild.names import (
     LABEL_TORCH,
     LABEL_VERSION,
     Events,
-    canonical,
     content_digest,
     lock_names,
     quiet,
@@ -155,23 +152,15 @@ def _local_dirs(links: tuple[str, ...]) -> list[Path]:
     return out
 
 
-def collect_wheels(pins: dict[str, Pin], links: tuple[str, ...]) -> list[Path]:
-    """The lock's wheel files that a local wheelhouse holds, matched by locked hash (never anything
-    else from there). A wheelhouse is a shortcut, never a requirement: what it lacks comes from the
-    index the lockfile records."""
-    dirs = [d for d in _local_dirs(links) if d.is_dir()]
-    found: list[Path] = []
-    for pin in sorted(pins.values(), key=lambda p: p.name):
-        candidates = [
-            w
-            for d in dirs
-            for w in sorted(d.glob("*.whl"))
-            if canonical(w.name.split("-", 1)[0]) == pin.name and w.name.split("-")[1] == pin.version
-        ]
-        match = next((w for w in candidates if f"sha256:{sha256_file(w)}" in pin.hashes), None)
-        if match is not None:
-            found.append(match)
-    return found
+def _cached_wheels(plan: Plan, lock: LockSnapshot, ca: Path | None, say: Events, fetch: bool) -> dict[Path, str]:
+    """{cached wheel: distribution} for the lock's wheels: from the host's wheel cache, a local
+    wheelhouse (matched by the locked hash, never anything else from there), or downloaded once from
+    the lockfile's own URL. A cache is a shortcut, never a requirement: what it cannot get, the
+    builder fetches from the index the lockfile records."""
+    items = wheelcache.wanted(lock.pylock_text, lock.pins) if lock.pylock_text else []
+    houses = [d for d in _local_dirs(plan.source.find_links) if d.is_dir()]
+    found = wheelcache.fill(items, houses, ca, lambda text: say("phase", "wheels", text), fetch=fetch)
+    return {found[i.sha256]: i.name for i in items if i.sha256 in found}
 
 
 def _build_source(plan: Plan, lock: LockSnapshot, wheels: list[Path]) -> TorchSource:
@@ -245,7 +234,9 @@ def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int, apt_sha:
     return labels
 
 
-def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, events: Events | None = None) -> Context:
+def prepare(
+    project: Project, plan: Plan, opts: BuildOptions, platform: str, events: Events | None = None, *, fetch: bool = True
+) -> Context:
     """Assemble the build folder of `plan` for `platform`. Reads the lockfile once."""
     say = events or quiet
     prof = plan.profile
@@ -254,7 +245,8 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     lock = freshness.require_fresh(project, plan, platform)
     ca_path = opts.ca_bundle or (project.root / project.config.ca_bundle if project.config.ca_bundle else None)
     ca_text = _read_ca(ca_path) if ca_path is not None else None
-    wheels = collect_wheels(lock.pins, plan.source.find_links) if prof.flavor == "venv" else []
+    placed = _cached_wheels(plan, lock, ca_path, say, fetch) if prof.flavor == "venv" else {}
+    wheels = sorted(placed, key=lambda w: w.name)
     built = dataclasses.replace(plan, source=_build_source(plan, lock, wheels))
     epoch = source_date_epoch(project, lock.path)
     labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
@@ -290,18 +282,23 @@ def prepare(project: Project, plan: Plan, opts: BuildOptions, platform: str, eve
     atomic_write_many(files)
     (ctx / SMOKE_DIR / SMOKE_ENTRY).chmod(0o755)
     if wheels:
-        say("phase", "wheels", f"{len(wheels)} wheel(s) from the local wheelhouse")
+        say("phase", "wheels", f"{len(wheels)} of {len(lock.pins)} wheel(s) from the wheel cache")
     (ctx / "tools").mkdir()
-    binaries = [(w, ctx / "wheels" / w.name) for w in wheels]
+    member = {name: group for group, names in groups.items() for name in names}
+    for group in groups:
+        (ctx / "wheels" / group).mkdir()
+    # each layer's wheels in a folder of their own: its install step's cache key is only theirs
+    binaries = [(w, ctx / "wheels" / member.get(placed[w], "rest") / w.name) for w in wheels]
     binaries += [(uv_binary, ctx / "tools" / "uv")] if uv_binary else []
     for source, target in binaries:
-        # Copied, not hard-linked: the times set below must not reach the user's own files.
-        shutil.copyfile(source, target)
-        target.chmod(source.stat().st_mode & 0o777)
+        # A hard link when possible: a CUDA lock's wheels are gigabytes. They come from envbuild's
+        # own wheel cache (which keeps them at one fixed time: uv records a local wheel's mtime in
+        # what it installs, and profiles sharing a torch layer must not differ there) or are uv.
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
     for path in sorted(ctx.rglob("*")):
-        if not path.is_symlink():
-            # wheels keep one fixed time: uv records a local wheel's mtime in the installed
-            # distribution, which must not differ between profiles sharing a torch layer
-            stamp = FIXED_MTIME if path.parent == ctx / "wheels" else epoch
-            os.utime(path, (stamp, stamp))
+        if not path.is_symlink() and path.suffix != ".whl" and path.parent.name != "tools":
+            os.utime(path, (epoch, epoch))
     return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch)

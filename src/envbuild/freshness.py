@@ -35,6 +35,7 @@ class LockSnapshot:
     pins: dict[str, Pin] = field(default_factory=dict)  # venv flavor; empty for conda
     apt: AptLock | None = None  # the platform's apt.lock, when the profile has one
     apt_text: str = ""  # its text as read
+    pylock_text: str = ""  # pylock.toml as read (venv): the wheel URLs, for the wheel cache
 
     @property
     def apt_sha256(self) -> str:
@@ -115,6 +116,7 @@ def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None) 
                     ours = {f"{p.name}=={p.version}" for p in primary.pins.values()}
                     if _pylock_versions(text) != ours:
                         return Freshness("edited", edited)
+                    primary = dataclasses.replace(primary, pylock_text=text)
                     continue
                 pins = _conda_pins(text) if flavor == "conda" else parse_requirements(text)
             except (ValueError, KeyError, TypeError) as exc:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
-from envbuild import freshness, proc, uvtool
+from envbuild import freshness, proc, uvtool, wheelcache
 from envbuild import plan as plan_mod
 from envbuild.errors import UsageError, VenvError
 from envbuild.names import Events, quiet
@@ -122,6 +123,16 @@ def create(
             args += ["--extra-index-url", src.extra_index]
         for link in src.find_links:
             args += ["--find-links", link]
+        # the wheels a build already fetched (envbuild's wheel cache) are not fetched again
+        cached = wheelcache.fill(wheelcache.wanted(snap.pylock_text, pins), fetch=False) if snap.pylock_text else {}
+        if cached:
+            local = staging.with_name(f".{target.name}.envbuild-wheels")
+            shutil.rmtree(local, ignore_errors=True)
+            local.mkdir()
+            for wheel in cached.values():
+                _link(wheel, local / wheel.name)
+            args += ["--find-links", str(local)]
+            say("phase", "wheels", f"{len(cached)} of {len(pins)} wheel(s) from the wheel cache")
         if compile_bytecode:
             # pip compiles on install and uv does not: without it every process that imports torch
             # compiles its ~2,000 modules in memory again (3-4 s each here; PYTHONDONTWRITEBYTECODE,
@@ -139,6 +150,7 @@ def create(
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging.with_name(f".{target.name}.envbuild-wheels"), ignore_errors=True)
     return {
         "path": str(target),
         "python": facts["version"],
@@ -168,6 +180,13 @@ def check_target(target: Path, force: bool) -> None:
             f"{target} is not a virtual environment (no pyvenv.cfg); --force replaces only a venv",
             hint="choose a new or empty folder, or remove this one yourself",
         )
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _uv(args: list[str]) -> None:

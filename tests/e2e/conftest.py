@@ -118,6 +118,12 @@ def e2e_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(REPO / "profiles", root / "profiles")
     shutil.copytree(REPO / "lockfiles", root / "lockfiles")
     shutil.copytree(REPO / "checks", root / "checks")
+    # The test base is debootstrapped on each machine, so its own packages follow Debian's archive
+    # (the committed apt.lock was resolved against one made earlier): resolve the OS packages
+    # against this one, through `lock`'s own path for a profile whose Python lockfiles are fresh.
+    (root / "lockfiles" / "cpu-py311" / "apt.lock").unlink()
+    res = envbuild("lock", "cpu-py311", "--base", BASE, "--find-links", WHEELS, cwd=root)
+    assert res.returncode == 0 and (root / "lockfiles" / "cpu-py311" / "apt.lock").is_file(), res.stderr[-3000:]
     return root
 
 

@@ -55,7 +55,7 @@ def test_lock_resolves_apt_lock_against_the_base_and_check_sees_it_fresh(e2e_pro
     # the same packages as the committed lock (a point release of the archive may move versions)
     for stage in aptfile.STAGES:
         assert {d.name for d in fresh.stages[stage]} == {d.name for d in committed.stages[stage]}
-    assert fresh.base == committed.base  # the same base image, the same list
+    assert fresh.base == committed.base  # the same base image (the session's), the same list
     assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
 
 

@@ -233,3 +233,40 @@ def venv(
             f"created {result['path']}: Python {result['python']}, {result['packages']} packages "
             f"from {proj.rel(Path(str(result['lockfile'])))}"
         )
+
+
+@app.command("cache")
+def cache_(
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Remove the wheels no lockfile of this project pins any more.")
+    ] = False,
+    all_: Annotated[bool, typer.Option("--all", help="With --prune: empty the cache.")] = False,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The wheel cache that build and venv share (ENVBUILD_CACHE_DIR): its size; --prune frees it."""
+    from envbuild import wheelcache
+    from envbuild.errors import UsageError
+
+    if all_ and not prune:
+        raise UsageError("--all goes with --prune", hint="envbuild cache --prune --all")
+    removed = None
+    if prune:
+        keep = set() if all_ else wheelcache.needed(project_at(project).lockfiles_dir)
+        removed = wheelcache.prune(keep)
+    now = wheelcache.usage()
+    if as_json:
+        output.emit_json(
+            {
+                "root": str(now.root),
+                "wheels": now.wheels,
+                "bytes": now.bytes,
+                "removed_wheels": removed.wheels if removed else 0,
+                "freed_bytes": removed.bytes if removed else 0,
+            }
+        )
+        return
+    con = output.out()
+    if removed is not None:
+        con.print(f"removed {removed.wheels} wheel(s), {removed.bytes / 1e6:,.0f} MB")
+    con.print(f"wheel cache {now.root}: {now.wheels} wheel(s), {now.bytes / 1e6:,.0f} MB")

@@ -1,0 +1,212 @@
+"""The host's wheel cache: every wheel a build or a venv used, stored by its sha256.
+
+A rebuild after a re-lock needs the wheels it already had: torch alone is 180 MB (CPU) to 2.5 GB
+(CUDA, with its nvidia-* wheels), and the builder stage used to fetch all of them from the index
+again. The cache keeps each verified wheel under its sha256 (`<root>/<2 hex>/<sha256>/<file name>`),
+so a lockfile's hash finds it directly and a file can never stand for another. `build` fills it
+(from a local wheelhouse, else by downloading the lockfile's own URL and checking the hash) and
+copies what the lock needs into the build context; `venv` installs from it; `envbuild cache` shows
+its size and prunes what no lockfile of the project needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import ssl
+import tempfile
+import urllib.request
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from envbuild._compat import tomllib
+from envbuild.lockfile import Pin, parse_requirements
+from envbuild.names import FIXED_MTIME, canonical
+
+CACHE_ENV = "ENVBUILD_CACHE_DIR"
+FETCH_TIMEOUT_S = 60  # per read: a stalled download is given up, the builder then tries the index
+
+
+def root() -> Path:
+    """ENVBUILD_CACHE_DIR, else $XDG_CACHE_HOME/envbuild/wheels, else ~/.cache/envbuild/wheels."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "envbuild" / "wheels"
+
+
+def _slot(sha: str) -> Path:
+    return root() / sha[:2] / sha
+
+
+def find(sha: str) -> Path | None:
+    slot = _slot(sha)
+    if not slot.is_dir():
+        return None
+    return next((f for f in sorted(slot.iterdir()) if f.suffix == ".whl"), None)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def add(source: Path, sha: str) -> Path | None:
+    """Store a copy of `source` if its sha256 is `sha`; the stored path, or None for a file that is
+    not what the lock says. Atomic: a half-copied file never sits under a hash."""
+    slot = _slot(sha)
+    slot.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=slot, prefix=".part-")
+    try:
+        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+        if _sha256(Path(tmp)) != sha:
+            return None
+        os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
+        target = slot / source.name
+        os.replace(tmp, target)
+        return target
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One artifact a lock needs: the distribution, the wheel's file name, where it lives, its hash."""
+
+    name: str
+    filename: str
+    url: str
+    sha256: str
+    size: int
+
+
+def wanted(pylock_text: str, pins: dict[str, Pin]) -> list[Wanted]:
+    """The wheels a lock installs, from pylock.toml (one wheel per package for the locked platform),
+    each with a hash requirements.lock also pins."""
+    doc = tomllib.loads(pylock_text)
+    out = []
+    for pkg in doc.get("packages", []):
+        name = canonical(str(pkg.get("name", "")))
+        pin = pins.get(name)
+        if pin is None:
+            continue
+        for wheel in pkg.get("wheels", []):
+            sha = str((wheel.get("hashes") or {}).get("sha256", ""))
+            url = str(wheel.get("url", ""))
+            if sha and f"sha256:{sha}" in pin.hashes and url:
+                out.append(
+                    Wanted(name, url.rsplit("/", 1)[-1].replace("%2B", "+"), url, sha, int(wheel.get("size", 0)))
+                )
+                break
+    return out
+
+
+def _download(item: Wanted, context: ssl.SSLContext) -> Path | None:
+    if not item.url.startswith(("https://", "http://")):
+        return None  # a file:// URL is a wheelhouse, matched by hash in fill(); nothing else is fetched
+    with tempfile.TemporaryDirectory(prefix="envbuild-fetch-") as tmp:
+        part = Path(tmp) / item.filename
+        try:
+            resp = urllib.request.urlopen(item.url, timeout=FETCH_TIMEOUT_S, context=context)  # noqa: S310 - http(s) only
+            with resp, part.open("wb") as out:
+                shutil.copyfileobj(resp, out, 1 << 20)
+        except (OSError, ValueError):
+            return None  # unreachable here: the builder fetches it from the index, as before
+        return add(part, item.sha256)
+
+
+def _intact(path: Path, item: Wanted) -> bool:
+    """The size tells when the lock records one (PyPI's do); else the hash, once."""
+    if item.size:
+        return path.stat().st_size == item.size
+    return _sha256(path) == item.sha256
+
+
+def fill(
+    items: Iterable[Wanted],
+    wheelhouses: Iterable[Path] = (),
+    ca_bundle: Path | None = None,
+    say: Callable[[str], None] = lambda _: None,
+    *,
+    fetch: bool = True,
+) -> dict[str, Path]:
+    """{sha256: cached wheel} for every item the cache has or can get: from the cache, from a local
+    wheelhouse (matched by hash), else (with `fetch`) downloaded from the lockfile's URL and checked.
+    What cannot be had is left out, not an error."""
+    items = list(items)
+    found: dict[str, Path] = {}
+    missing: list[Wanted] = []
+    for item in items:
+        hit = find(item.sha256)
+        if hit is not None and not _intact(hit, item):
+            shutil.rmtree(hit.parent)  # cut short or changed since it was stored: fetched again
+            hit = None
+        if hit is None:
+            for house in wheelhouses:
+                candidate = house / item.filename
+                if candidate.is_file():
+                    hit = add(candidate, item.sha256)
+                    if hit is not None:
+                        break
+        if hit is not None:
+            found[item.sha256] = hit
+        else:
+            missing.append(item)
+    if missing and fetch:
+        total = sum(i.size for i in missing) / 1e6
+        say(f"fetching {len(missing)} wheel(s), {total:,.0f} MB, into the wheel cache ({root()})")
+        try:
+            context = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
+        except (ssl.SSLError, OSError):  # a bundle OpenSSL cannot load: the system's store, then
+            context = ssl.create_default_context()
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for item, got in zip(missing, pool.map(lambda i: _download(i, context), missing), strict=True):
+                if got is not None:
+                    found[item.sha256] = got
+    return found
+
+
+@dataclass(frozen=True)
+class Usage:
+    root: Path
+    wheels: int
+    bytes: int
+
+
+def usage() -> Usage:
+    files = [f for f in root().glob("*/*/*.whl") if f.is_file()] if root().is_dir() else []
+    return Usage(root(), len(files), sum(f.stat().st_size for f in files))
+
+
+def needed(lockfiles: Path) -> set[str]:
+    """The sha256 of every artifact some requirements lockfile under `lockfiles` pins."""
+    keep: set[str] = set()
+    for path in sorted(lockfiles.glob("*/requirements*.lock")):
+        try:
+            pins = parse_requirements(path.read_text("utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue  # unreadable: nothing of it is kept for it, and `lock --check` says why
+        keep.update(h.split(":", 1)[1] for p in pins.values() for h in p.hashes if h.startswith("sha256:"))
+    return keep
+
+
+def prune(keep: set[str]) -> Usage:
+    """Remove every cached wheel whose sha256 is not in `keep`; what was removed."""
+    removed = count = 0
+    if root().is_dir():
+        for slot in sorted(root().glob("*/*")):
+            if slot.is_dir() and slot.name not in keep:
+                size = sum(f.stat().st_size for f in slot.iterdir() if f.is_file())
+                shutil.rmtree(slot)
+                removed += size
+                count += 1
+    return Usage(root(), count, removed)

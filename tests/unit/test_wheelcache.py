@@ -1,0 +1,101 @@
+"""The host's wheel cache: by sha256, filled from wheelhouses and the lockfile's own URLs, pruned by
+what the project's lockfiles still pin, and read by build and venv."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envbuild import lockfile, wheelcache
+from tests.conftest import Result
+
+REPO = Path(__file__).resolve().parents[2]
+WHEELS = Path(os.environ.get("PIP_FIND_LINKS", "/opt/wheels"))
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(wheelcache.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _committed() -> tuple[dict[str, lockfile.Pin], str]:
+    folder = REPO / "lockfiles" / "cpu-py311"
+    return lockfile.parse_requirements((folder / "requirements.lock").read_text()), (folder / "pylock.toml").read_text()
+
+
+def test_the_lock_says_which_wheel_of_each_package_with_its_url_and_hash() -> None:
+    pins, pylock = _committed()
+    items = {i.name: i for i in wheelcache.wanted(pylock, pins)}
+    assert set(items) == set(pins) - {"setuptools"} or set(items) == set(pins)
+    torch = items["torch"]
+    assert torch.filename == "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert f"sha256:{torch.sha256}" in pins["torch"].hashes
+    numpy = items["numpy"]
+    assert numpy.url.startswith("https://files.pythonhosted.org/") and numpy.size > 10e6
+
+
+def test_a_file_is_stored_only_under_its_own_hash(cache: Path, tmp_path: Path) -> None:
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not really a wheel, but bytes with a hash")
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert wheelcache.add(wheel, "0" * 64) is None  # another hash: refused, nothing left behind
+    assert not any(p.is_file() for p in cache.rglob("*"))
+    stored = wheelcache.add(wheel, sha)
+    assert stored is not None and wheelcache.find(sha) == stored
+    assert stored.read_bytes() == wheel.read_bytes() and stored.stat().st_mtime == 315532800
+    usage = wheelcache.usage()
+    assert (usage.wheels, usage.bytes) == (1, wheel.stat().st_size)
+
+
+@pytest.mark.skipif(not any(WHEELS.glob("torch-2.13.0+cpu-*.whl")), reason="needs the CPU torch wheel")
+def test_fill_takes_a_wheelhouse_wheel_by_hash_and_a_cut_short_one_is_fetched_again(cache: Path) -> None:
+    pins, pylock = _committed()
+    torch = next(i for i in wheelcache.wanted(pylock, pins) if i.name == "torch")
+    found = wheelcache.fill([torch], [WHEELS], fetch=False)
+    assert found[torch.sha256].name == torch.filename
+    assert found[torch.sha256].stat().st_ino != next(WHEELS.glob(torch.filename)).stat().st_ino  # a copy
+    # a damaged cache entry (its size says so) is dropped, then taken from the wheelhouse again
+    found[torch.sha256].write_bytes(b"cut short")
+    again = wheelcache.fill([torch], [WHEELS], fetch=False)
+    assert again[torch.sha256].stat().st_size == next(WHEELS.glob(torch.filename)).stat().st_size
+    # without a wheelhouse and without fetching, nothing is made up
+    assert wheelcache.fill([torch], [], fetch=False) == {torch.sha256: again[torch.sha256]}
+
+
+def test_fill_downloads_a_small_wheel_from_the_lockfiles_own_url(cache: Path) -> None:
+    """einops from PyPI, for real: fetched once, checked against the locked hash, then a cache hit."""
+    pins, pylock = _committed()
+    einops = next(i for i in wheelcache.wanted(pylock, pins) if i.name == "einops")
+    said: list[str] = []
+    found = wheelcache.fill([einops], ca_bundle=Path("/etc/ssl/certs/ca-certificates.crt"), say=said.append)
+    if einops.sha256 not in found:
+        pytest.skip("PyPI's file host is not reachable from here")
+    assert hashlib.sha256(found[einops.sha256].read_bytes()).hexdigest() == einops.sha256
+    assert said and "fetching 1 wheel(s)" in said[0]
+    said.clear()
+    assert wheelcache.fill([einops], say=said.append) == found and said == []  # a hit: nothing fetched
+
+
+def test_cache_reports_its_size_and_prunes_what_no_lockfile_pins(
+    cli: Callable[..., Result], engineless_project: Path, cache: Path, tmp_path: Path
+) -> None:
+    pins, _ = _committed()
+    kept_sha = pins["einops"].hashes[0].split(":", 1)[1]
+    for sha in (kept_sha, "f" * 64):
+        slot = cache / sha[:2] / sha
+        slot.mkdir(parents=True)
+        (slot / f"x-{sha[:4]}-py3-none-any.whl").write_bytes(b"x" * 1000)
+    report = json.loads(cli("cache", "--json").out)
+    assert (report["wheels"], report["bytes"], report["root"]) == (2, 2000, str(cache))
+    pruned = json.loads(cli("cache", "--prune", "--json").out)
+    assert (pruned["removed_wheels"], pruned["freed_bytes"], pruned["wheels"]) == (1, 1000, 1)
+    assert (cache / kept_sha[:2] / kept_sha).is_dir()  # the committed lockfile still pins it
+    assert cli("cache", "--all").code == 2  # --all only with --prune
+    emptied = json.loads(cli("cache", "--prune", "--all", "--json").out)
+    assert emptied["wheels"] == 0 and emptied["removed_wheels"] == 1
