@@ -29,9 +29,12 @@ class Diagnosis:
 
 
 def _hash_mismatch(tail: list[str], name: str) -> Diagnosis | None:
-    if not any("DO NOT MATCH THE HASHES" in line for line in tail):
+    # pip: "THESE PACKAGES DO NOT MATCH THE HASHES", then "    numpy==2.1.3 from URL:";
+    # uv: "  cause: Hash mismatch for `numpy==2.1.3`"
+    uv = [m.group(1) for line in tail if (m := re.search(r"Hash mismatch for `([^`]+)`", line))]
+    if not uv and not any("DO NOT MATCH THE HASHES" in line for line in tail):
         return None
-    pkgs = [m.group(1) for line in tail if (m := re.match(r"^\s*([A-Za-z0-9_.-]+==\S+) from ", line))]
+    pkgs = uv + [m.group(1) for line in tail if (m := re.match(r"^\s*([A-Za-z0-9_.-]+==\S+) from ", line))]
     return Diagnosis(
         f"hash mismatch for {', '.join(dict.fromkeys(pkgs)) or 'a locked file'}: "
         "the downloaded file is not the one the lockfile pinned",

@@ -48,6 +48,15 @@ APT_BASE_DIFFERS = (
     "envbuild-apt: base-differs: the base image's own packages are not the ones apt.lock was resolved against"
 )
 APT_SHA = "envbuild-apt: sha256-mismatch: a downloaded .deb is not the one apt.lock records"
+# uv in the builder (its real output, shortened: it lists every expected hash)
+UV_HASHES = [
+    "error: Failed to download `numpy==2.1.3`",
+    "  cause: Hash mismatch for `numpy==2.1.3`",
+    "         Expected:",
+    "           sha256:0000000000000000000000000000000000000000000000000000000000000000",
+    "         Computed:",
+    "           sha256:bc6f24b3d1ecc1eebfbf5d6051faa49af40b03be1aaa781ebdadcbc090b4539b",
+]
 HASHES = [
     "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package "
     "versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have "
@@ -82,6 +91,7 @@ HASHES = [
             "if apt.lock was edited, restore it",
         ),
         (HASHES, "hash mismatch for numpy==2.1.3", "envbuild lock cpu-py311 --upgrade"),
+        (UV_HASHES, "hash mismatch for numpy==2.1.3", "envbuild lock cpu-py311 --upgrade"),
         (DISK_FULL, "the engine ran out of disk space", "envbuild images --prune"),
         # A download cut short by a full disk also fails its hash: the disk is the cause.
         (HASHES + DISK_FULL[2:], "the engine ran out of disk space", "docker builder prune"),
