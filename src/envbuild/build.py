@@ -11,7 +11,6 @@ import json
 import os
 import platform as host_platform
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildctx, buildfail, engine, hostgpu
+from envbuild import buildctx, buildfail, buildkit, engine, hostgpu
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
-from envbuild.errors import BuildError, SmokeFailed, UsageError, WriteFailed
+from envbuild.errors import BuildError, SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.localimage import repository
 from envbuild.names import (
@@ -91,7 +90,7 @@ def _sdk_build(
     except OSError as exc:
         # the SDK packs the context into a temporary file first; its own message ("Can not read
         # file in context") hides a full disk there
-        raise _packing_error(ctx, exc) from exc
+        raise buildfail.packing_error(ctx, exc) from exc
     pulling = engine.Transfer()  # --pull: the base image's layers come through this stream
     for chunk in stream:
         if "stream" in chunk:
@@ -121,37 +120,11 @@ def _sdk_build(
     return image_id
 
 
-def _packing_error(ctx: Path, exc: OSError) -> WriteFailed:
-    import errno
-    import tempfile
-
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
-            where = tempfile.gettempdir()
-            return WriteFailed(
-                f"no space left in {where} to pack the build context ({ctx})",
-                hint="free space there, or point TMPDIR at a disk with room (the context is packed there first)",
-            )
-        seen = seen.__cause__ or seen.__context__
-    return WriteFailed(f"cannot pack the build context {ctx}: {exc}", hint="check the folder's files and permissions")
-
-
 def _build_error(prof: Profile, message: str, log: BuildLog) -> BuildError:
     found = buildfail.diagnose(log.tail, prof.name)
     if found is None:
         return BuildError(f"build of {prof.name} failed: {message.strip()}", log.failure(), hint=f"see {log.path}")
     return BuildError(f"build of {prof.name} failed: {found.message}", log.failure(), hint=found.hint)
-
-
-def _buildkit_cli() -> list[str]:
-    for cand in ("/usr/bin/docker", shutil.which("docker") or ""):
-        if cand and Path(cand).exists():
-            probe = subprocess.run([cand, "buildx", "version"], capture_output=True, check=False)
-            if probe.returncode == 0:
-                return [cand, "buildx", "build", "--load"]
-    docker_cli = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
-    return [docker_cli, "build"]
 
 
 def _buildkit_build(
@@ -160,7 +133,7 @@ def _buildkit_build(
     iid = ctx.parent / "image.id"
     iid.unlink(missing_ok=True)
     cmd = [
-        *_buildkit_cli(),
+        *buildkit.cli(),
         "--progress=plain",
         "--target",
         "runtime",

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuild.errors import BuildFailure
+from envbuild.errors import BuildFailure, WriteFailed
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -186,3 +186,20 @@ class BuildLog:
             t if len(t) <= LINE_MAX else f"{t[:LINE_MAX]}... ({len(t)} characters, all in the log)" for t in self.tail
         ]
         return BuildFailure(step=self.step or "(before the first step)", tail=tail[-TAIL:], log_path=str(self.path))
+
+
+def packing_error(ctx: Path, exc: OSError) -> WriteFailed:
+    """The error for an OSError while the SDK packs the build context: a full TMPDIR named as such."""
+    import errno
+    import tempfile
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            where = tempfile.gettempdir()
+            return WriteFailed(
+                f"no space left in {where} to pack the build context ({ctx})",
+                hint="free space there, or point TMPDIR at a disk with room (the context is packed there first)",
+            )
+        seen = seen.__cause__ or seen.__context__
+    return WriteFailed(f"cannot pack the build context {ctx}: {exc}", hint="check the folder's files and permissions")

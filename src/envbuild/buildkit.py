@@ -1,0 +1,41 @@
+"""BuildKit through the Docker CLI (`--builder buildkit`): which CLI, and how the image comes back.
+
+docker-py drives only the classic builder (docker/docker-py#2230), so BuildKit is reached through
+the `docker` CLI: buildx when installed, else `DOCKER_BUILDKIT=1 docker build`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+_BUILDKIT_VERSION_RE = re.compile(r"^\s*Build[Kk]it(?: version)?:\s*v?(\d+)\.(\d+)", re.M)
+
+
+def buildkit_version(inspect_output: str) -> tuple[int, int] | None:
+    """The builder's BuildKit (major, minor) from `docker buildx inspect`, None when it does not say."""
+    m = _BUILDKIT_VERSION_RE.search(inspect_output)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def buildx_output(version: tuple[int, int] | None) -> list[str]:
+    """How buildx hands the image to the engine: from BuildKit 0.13 on, with every file's time in the
+    layers rewritten to SOURCE_DATE_EPOCH (rewrite-timestamp), so two builds of one lockfile can give
+    one image digest; before that, --load (layer times are then the build's)."""
+    if version is not None and version >= (0, 13):
+        return ["--output", "type=docker,rewrite-timestamp=true"]
+    return ["--load"]
+
+
+def cli() -> list[str]:
+    """The command that starts a BuildKit build, up to its options."""
+    for cand in ("/usr/bin/docker", shutil.which("docker") or ""):
+        if cand and Path(cand).exists():
+            probe = subprocess.run([cand, "buildx", "version"], capture_output=True, check=False)
+            if probe.returncode == 0:
+                inspect = subprocess.run([cand, "buildx", "inspect"], capture_output=True, text=True, check=False)
+                return [cand, "buildx", "build", *buildx_output(buildkit_version(inspect.stdout))]
+    docker_cli = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
+    return [docker_cli, "build"]
