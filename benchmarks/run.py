@@ -361,7 +361,9 @@ def _registry() -> Iterator[tuple[str, Path]]:
         f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
         f"http:\n  addr: 127.0.0.1:{port}\n"
     )
-    proc = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(root / "config.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         for _ in range(100):
             try:
@@ -476,7 +478,9 @@ args = sys.argv[1:]
 n = sum(1 for _ in open(log)) if os.path.exists(log) else 0
 keep = ""
 if args[:2] == ["pip", "compile"] and os.path.isfile(args[2]):
-    keep = os.path.join(os.path.dirname(log), f"input-{{n}}.toml")
+    # uv reads the file by its name (pyproject.toml): keep the name, in a folder per call
+    keep = os.path.join(os.path.dirname(log), f"call-{{n}}", os.path.basename(args[2]))
+    os.makedirs(os.path.dirname(keep), exist_ok=True)
     shutil.copy(args[2], keep)
 with open(log, "a") as f:
     f.write(json.dumps({{"args": args, "input": keep}}) + "\\n")

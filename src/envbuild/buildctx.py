@@ -261,7 +261,7 @@ def prepare(
         sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
     tool, uv_binary = layering.installer(built, platform)
-    outputs, groups = layering.render_for(built, lock.pins, lock.apt, labels, tool)
+    outputs, groups = layering.render_for(built, lock.pins, lock.apt, labels, tool, lock.text)
     ctx = project.work_dir(prof.name) / "context"
     if ctx.exists():
         shutil.rmtree(ctx)

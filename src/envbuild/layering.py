@@ -36,15 +36,28 @@ def installer(plan: Plan, platform: str) -> tuple[str, Path | None]:
 _TORCH_RUNTIME = ("nvidia-", "triton", "pytorch-triton", "cuda-")
 
 
-def layer_groups(plan: Plan, pins: dict[str, Pin]) -> dict[str, tuple[str, ...]]:
+def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[str, tuple[str, ...]]:
     """The image's environment layers, biggest and least often changed first, chosen from the lock:
     `torch` (torch and its CUDA/ROCm/Triton runtime wheels), `torch-extras` (torchvision and
-    torchaudio), and `rest` (everything else, the venv itself included). Two profiles on one base
-    with the same torch build get the same `torch` layer, byte for byte, whatever else they lock."""
+    torchaudio), `torch-deps` (what only those pull in: sympy, networkx, jinja2, ..., by uv's `# via`
+    annotations) and `rest` (numpy, the profile's own packages and theirs, the venv itself). Two
+    profiles on one base with the same torch build get the same `torch` layer, byte for byte, whatever
+    else they lock; a re-lock of the profile's own packages changes only `rest`."""
     torch = tuple(sorted(n for n in pins if n == "torch" or n.startswith(_TORCH_RUNTIME)))
     extras = tuple(sorted(n for n in pins if n in plan.torch_family and n not in torch))
-    groups = {"torch": torch, "torch-extras": extras}
-    rest = tuple(sorted(n for n in pins if n not in torch + extras))
+    parents = lockfile.via(lock_text) if lock_text else {}
+    family = set(torch + extras)
+    deps: set[str] = set()
+    grew = True
+    while grew:  # the closure: a package whose every parent is in the family or already a dependency
+        grew = False
+        for name in sorted(set(pins) - family - deps - {"numpy"}):
+            up = parents.get(name, set())
+            if up and up <= family | deps:
+                deps.add(name)
+                grew = True
+    groups = {"torch": torch, "torch-extras": extras, "torch-deps": tuple(sorted(deps))}
+    rest = tuple(sorted(n for n in pins if n not in family | deps))
     return {**{g: names for g, names in groups.items() if names}, "rest": rest}
 
 
@@ -61,10 +74,11 @@ def render_for(
     apt: AptLock | None,
     labels: dict[str, str] | None = None,
     installer_name: str = "pip",
+    lock_text: str = "",
 ) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
     """What `build` renders from a lock: the outputs, with the environment split into layers and the
     OS packages pinned by apt.lock; and the layer groups it split by."""
-    groups = layer_groups(plan, pins) if plan.profile.flavor == "venv" else {}
+    groups = layer_groups(plan, pins, lock_text) if plan.profile.flavor == "venv" else {}
     extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME}
     return render.render(plan, labels=labels, apt=apt_context(apt), layers=groups, extra=extra), groups
 
@@ -74,9 +88,10 @@ def dockerfile_from(plan: Plan, folder: Path) -> str | None:
     it); None without a requirements.lock."""
     if not (folder / "requirements.lock").is_file():
         return None
-    pins = lockfile.parse_requirements((folder / "requirements.lock").read_text("utf-8"))
+    text = (folder / "requirements.lock").read_text("utf-8")
+    pins = lockfile.parse_requirements(text)
     apt = aptfile.parse((folder / "apt.lock").read_text("utf-8")) if (folder / "apt.lock").is_file() else None
-    return render_for(plan, pins, apt, installer_name="uv")[0]["Dockerfile"]
+    return render_for(plan, pins, apt, installer_name="uv", lock_text=text)[0]["Dockerfile"]
 
 
 def apt_context(apt: AptLock | None) -> dict[str, Any] | None:

@@ -189,6 +189,28 @@ def blocks(text: str) -> dict[str, str]:
     return {name: "\n".join(lines) + "\n" for name, lines in out.items()}
 
 
+def via(text: str) -> dict[str, set[str]]:
+    """What pulled each requirement in, from uv's `# via` annotations: {name: {parent, ...}}; a
+    parent that is not a locked package (the lock input itself) stands for "asked for directly"."""
+    out: dict[str, set[str]] = {}
+    for name, block in blocks(text).items():
+        parents: set[str] = set()
+        listing = False
+        for raw in block.splitlines()[1:]:
+            line = raw.strip()
+            if line.startswith("# via"):
+                rest = line.removeprefix("# via").strip()
+                listing = not rest
+                if rest:
+                    parents.add(canonical(rest.split(" ", 1)[0]))
+            elif listing and line.startswith("#   "):
+                parents.add(canonical(line.removeprefix("#").strip().split(" ", 1)[0]))
+            else:
+                listing = False
+        out[name] = parents
+    return out
+
+
 def resolution_id(pins: dict[str, Pin], fmt: int = FORMAT_VERSION) -> str:
     """sha256 of a resolution: each pin's name and version, and from format 2 its hashes too (so an
     appended package or a swapped hash shows as an edit)."""

@@ -27,6 +27,7 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
         "certs",
         "requirements.lock",
         "requirements.rest.lock",
+        "requirements.torch-deps.lock",
         "requirements.torch-extras.lock",
         "requirements.torch.lock",
         "smoke",
@@ -40,13 +41,15 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
     # the layers' parts of the lockfile: every locked package in exactly one, hashes as locked
     parts = {
         g: lockfile.parse_requirements((ctx / f"requirements.{g}.lock").read_text())
-        for g in ("torch", "torch-extras", "rest")
+        for g in ("torch", "torch-extras", "torch-deps", "rest")
     }
     whole = lockfile.parse_requirements(locked)
     assert sorted(n for p in parts.values() for n in p) == sorted(whole)
     assert all(pin.hashes == whole[name].hashes for p in parts.values() for name, pin in p.items())
     assert "torch" in parts["torch"] and any(n.startswith("nvidia-") for n in parts["torch"])
     assert "triton" in parts["torch"] and "torchvision" in parts["torch-extras"] and "numpy" in parts["rest"]
+    # what only torch pulls in (uv's "# via") is a layer of its own; the profile's own packages are not in it
+    assert {"sympy", "jinja2", "markupsafe"} <= set(parts["torch-deps"]) and "einops" in parts["rest"]
     dockerfile = (ctx / "Dockerfile").read_text()
     assert "FROM ${BASE_IMAGE} AS runtime" in dockerfile
     assert f'io.envbuild.lock-sha256="{report["labels"]["io.envbuild.lock-sha256"]}"' in dockerfile
