@@ -34,15 +34,20 @@ def installer(plan: Plan, platform: str) -> tuple[str, Path | None]:
 
 # The torch family's own runtime: CUDA/ROCm libraries and Triton come as wheels of their own.
 _TORCH_RUNTIME = ("nvidia-", "triton", "pytorch-triton", "cuda-")
+# Never in a layer of their own: numpy (the profile pins it) and what `python -m venv` puts in the
+# venv itself, which the locked version must replace in place (two setuptools merged from two
+# layers make a broken one)
+_IN_THE_VENV = frozenset({"numpy", "pip", "setuptools", "wheel"})
 
 
 def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[str, tuple[str, ...]]:
     """The image's environment layers, biggest and least often changed first, chosen from the lock:
     `torch` (torch and its CUDA/ROCm/Triton runtime wheels), `torch-extras` (torchvision and
     torchaudio), `torch-deps` (what only those pull in: sympy, networkx, jinja2, ..., by uv's `# via`
-    annotations) and `rest` (numpy, the profile's own packages and theirs, the venv itself). Two
-    profiles on one base with the same torch build get the same `torch` layer, byte for byte, whatever
-    else they lock; a re-lock of the profile's own packages changes only `rest`."""
+    annotations) and `rest` (numpy, the profile's own packages and theirs, the venv itself with pip
+    and setuptools). Two profiles on one base with the same torch build get the same `torch` layer,
+    byte for byte, whatever else they lock; a re-lock of the profile's own packages changes only
+    `rest`."""
     torch = tuple(sorted(n for n in pins if n == "torch" or n.startswith(_TORCH_RUNTIME)))
     extras = tuple(sorted(n for n in pins if n in plan.torch_family and n not in torch))
     parents = lockfile.via(lock_text) if lock_text else {}
@@ -51,7 +56,7 @@ def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[
     grew = True
     while grew:  # the closure: a package whose every parent is in the family or already a dependency
         grew = False
-        for name in sorted(set(pins) - family - deps - {"numpy"}):
+        for name in sorted(set(pins) - family - deps - _IN_THE_VENV):
             up = parents.get(name, set())
             if up and up <= family | deps:
                 deps.add(name)

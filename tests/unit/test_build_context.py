@@ -50,6 +50,8 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
     assert "triton" in parts["torch"] and "torchvision" in parts["torch-extras"] and "numpy" in parts["rest"]
     # what only torch pulls in (uv's "# via") is a layer of its own; the profile's own packages are not in it
     assert {"sympy", "jinja2", "markupsafe"} <= set(parts["torch-deps"]) and "einops" in parts["rest"]
+    # what `python -m venv` put there is replaced in place by the locked version, never from another layer
+    assert "setuptools" not in parts["torch-deps"] and ("setuptools" in parts["rest"] or "setuptools" not in whole)
     dockerfile = (ctx / "Dockerfile").read_text()
     assert "FROM ${BASE_IMAGE} AS runtime" in dockerfile
     assert f'io.envbuild.lock-sha256="{report["labels"]["io.envbuild.lock-sha256"]}"' in dockerfile
