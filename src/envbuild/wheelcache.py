@@ -12,7 +12,6 @@ its size and prunes what no lockfile of the project needs.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import ssl
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild._compat import tomllib
+from envbuild.fsutil import sha256_file
 from envbuild.lockfile import Pin, parse_requirements
 from envbuild.names import FIXED_MTIME, canonical
 
@@ -50,14 +50,6 @@ def find(sha: str) -> Path | None:
     return next((f for f in sorted(slot.iterdir()) if f.suffix == ".whl"), None)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def add(source: Path, sha: str) -> Path | None:
     """Store a copy of `source` if its sha256 is `sha`; the stored path, or None for a file that is
     not what the lock says. Atomic: a half-copied file never sits under a hash."""
@@ -67,7 +59,7 @@ def add(source: Path, sha: str) -> Path | None:
     try:
         with os.fdopen(fd, "wb") as out, source.open("rb") as src:
             shutil.copyfileobj(src, out, 1 << 20)
-        if _sha256(Path(tmp)) != sha:
+        if sha256_file(Path(tmp)) != sha:
             return None
         os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
         target = slot / source.name
@@ -128,7 +120,7 @@ def _intact(path: Path, item: Wanted) -> bool:
     """The size tells when the lock records one (PyPI's do); else the hash, once."""
     if item.size:
         return path.stat().st_size == item.size
-    return _sha256(path) == item.sha256
+    return sha256_file(path) == item.sha256
 
 
 def fill(
