@@ -115,7 +115,10 @@ def resolution_of(base: tuple[Deb, ...], stages: dict[str, tuple[Deb, ...]], sna
     payload = {
         "base": sorted(d.line for d in base),
         "snapshot": snapshot,
-        "stages": {s: sorted(f"{d.line} {d.sha256} {d.size} {d.url}" for d in debs) for s, debs in stages.items()},
+        # a stage with nothing to install has no table in the file: it reads back as empty or absent
+        "stages": {
+            s: sorted(f"{d.line} {d.sha256} {d.size} {d.url}" for d in debs) for s, debs in stages.items() if debs
+        },
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

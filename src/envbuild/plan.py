@@ -26,6 +26,8 @@ TEMPLATE_NAMES = {
     "venv": ("Dockerfile.venv.j2", "requirements.in.j2", "lock-input.toml.j2"),
     "conda": ("Dockerfile.conda.j2", "environment.yml.j2"),
 }
+TEMPLATE_PARTS = ("_apt.j2",)
+"""Imported by the Dockerfile templates, not rendered on their own."""
 LOCK_FORMAT = 1
 """Version of what the input digest covers; a change here makes every lockfile stale on purpose."""
 
@@ -144,8 +146,10 @@ def template_text(templates_dir: Path | None, name: str) -> str | None:
 
 
 def templates_of(flavor: str, templates_dir: Path | None) -> dict[str, str]:
-    """The flavor's template sources, {name: text}, as rendering will find them."""
-    return {n: t for n in TEMPLATE_NAMES[flavor] if (t := template_text(templates_dir, n)) is not None}
+    """The flavor's template sources, {name: text}, as rendering will find them, with the parts they
+    import: a changed part changes the image as much as a changed template."""
+    names = (*TEMPLATE_NAMES[flavor], *TEMPLATE_PARTS)
+    return {n: t for n in names if (t := template_text(templates_dir, n)) is not None}
 
 
 def smoke_sources() -> dict[str, str]:
@@ -218,10 +222,11 @@ class Plan:
     @property
     def apt_stages(self) -> dict[str, tuple[str, ...]]:
         """The OS packages each Dockerfile stage installs on top of the base, as apt is asked for
-        them (apt.lock pins them with their dependencies). venv flavor only: a conda image's Python
-        and libraries come from conda-lock.yml."""
-        if self.profile.flavor != "venv":
-            return {}
+        them (apt.lock pins them with their dependencies). A conda image's Python and libraries come
+        from conda-lock.yml: only its runtime's compiler and `apt:` list come from the archive."""
+        if self.profile.flavor == "conda":
+            runtime = (*self.compile_packages, *sorted(set(self.profile.apt)))
+            return {"runtime": runtime} if runtime else {}
         return {
             "builder": (self.python_bin, f"{self.python_bin}-venv", "ca-certificates"),
             "runtime": (self.python_bin, *self.compile_packages, *sorted(set(self.profile.apt))),

@@ -119,3 +119,40 @@ def test_a_base_with_other_packages_is_noticed_before_anything_is_installed(
         assert "+less " in log  # the difference itself, in the log
     finally:
         docker_client.images.remove(other, force=True)
+
+
+def test_a_conda_profile_locks_its_runtime_os_packages_and_the_build_pins_them(tmp_path: Path) -> None:
+    """A conda image's Python comes from conda-lock.yml; its compiler and `apt:` list come from the
+    archive, so they are locked too: apt.lock with a runtime stage only, checked like the venv's."""
+    import json
+
+    from ..condachannel import conda_project, make_channel
+
+    proj = conda_project(tmp_path / "proj", make_channel(tmp_path / "channel"), extra='apt: ["less"]\n')
+    res = envbuild("lock", "cpu-py311-conda", "--solver", "rattler", "--base", BASE, cwd=proj)
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = (proj / "lockfiles" / "cpu-py311-conda" / "apt.lock").read_text()
+    apt = aptfile.parse(text)
+    names = {d.name for d in apt.stages["runtime"]}
+    assert {"g++", "less"} <= names and not apt.stages["builder"]  # nothing on the builder: micromamba's
+    assert "[[builder]]" not in text and all(len(d.sha256) == 64 for d in apt.stages["runtime"])
+    assert envbuild("lock", "--check", "cpu-py311-conda", cwd=proj).returncode == 0
+
+    built = envbuild("build", "cpu-py311-conda", "--base", BASE, "--context-only", "--json", cwd=proj)
+    assert built.returncode == 0, built.stderr[-3000:]
+    report = json.loads(built.stdout)
+    ctx = Path(report["context"])
+    dockerfile = (ctx / "Dockerfile").read_text()
+    runtime = dockerfile[dockerfile.index("AS runtime") :]
+    for deb in apt.stages["runtime"]:
+        assert f" {deb.pin}" in runtime
+    assert "sha256sum --check --quiet /opt/envbuild/apt/runtime.sha256" in runtime
+    assert (ctx / "apt" / "apt.lock").read_text() == text
+    assert (ctx / "apt" / "runtime.expect").read_text().splitlines() == apt.expected("runtime")
+    assert report["labels"]["io.envbuild.apt-lock-sha256"]
+
+    # a changed `apt:` list makes apt.lock stale, and the build refuses it
+    with (proj / "profiles" / "cpu-py311-conda.yaml").open("a") as fh:
+        fh.write("compile: false\n")
+    check = envbuild("lock", "--check", "cpu-py311-conda", cwd=proj)
+    assert check.returncode == 1 and "apt.lock" in check.stdout + check.stderr

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -13,62 +10,20 @@ from envbuild import lock
 from envbuild.errors import LockError
 from envbuild.project import open_project
 
-
-def _package(channel: Path, subdir: str, name: str, version: str, build: str, depends: list[str]) -> None:
-    info = {
-        "name": name,
-        "version": version,
-        "build": build,
-        "build_number": 0,
-        "depends": depends,
-        "subdir": subdir,
-        "timestamp": 1_700_000_000_000,
-        "license": "MIT",
-    }
-    if subdir == "noarch":
-        info["noarch"] = "generic"
-    (channel / subdir).mkdir(parents=True, exist_ok=True)
-    with tarfile.open(channel / subdir / f"{name}-{version}-{build}.tar.bz2", "w:bz2") as tar:
-        blob = json.dumps(info).encode()
-        member = tarfile.TarInfo("info/index.json")
-        member.size = len(blob)
-        tar.addfile(member, io.BytesIO(blob))
+from ..condachannel import conda_project, make_channel
 
 
 @pytest.fixture
 def channel(tmp_path: Path) -> Path:
-    import asyncio
-
-    from rattler.index import index_fs
-
-    chan = tmp_path / "channel"
-    _package(chan, "linux-64", "python", "3.11.9", "h_0", [])
-    _package(chan, "linux-64", "numpy", "2.1.3", "py311_0", ["python >=3.11,<3.12"])
-    _package(chan, "linux-64", "numpy", "2.2.0", "py311_0", ["python >=3.11,<3.12"])
-    _package(chan, "linux-64", "pytorch", "2.5.1", "cpu_generic_py311_0", ["python >=3.11,<3.12", "numpy >=1.21"])
-    _package(chan, "linux-64", "pytorch", "2.5.1", "cuda120_py311_0", ["python >=3.11,<3.12", "__cuda"])
-    _package(chan, "noarch", "pip", "24.0", "pyh_0", ["python >=3.8"])
-    _package(chan, "noarch", "pillow", "11.0.0", "pyh_0", [])
-    asyncio.run(index_fs(chan))
-    return chan
-
-
-def _conda_project(tmp_path: Path, channel: Path, torch: str = "2.5.1") -> Path:
-    root = tmp_path / "proj"
-    (root / "profiles").mkdir(parents=True)
-    (root / "profiles" / "cpu-py311-conda.yaml").write_text(
-        f'name: cpu-py311-conda\naccelerator: cpu\nflavor: conda\npython: "3.11"\ntorch: "{torch}"\n'
-        f'numpy: "2.1.3"\nchannels: ["{channel.as_uri()}"]\nconda_packages: ["pillow"]\n'
-    )
-    return root
+    return make_channel(tmp_path / "channel")
 
 
 def test_conda_lock_against_local_channel_reads_back_with_conda_lock(tmp_path: Path, channel: Path) -> None:
     from conda_lock.lockfile import parse_conda_lock_file
 
-    root = _conda_project(tmp_path, channel)
+    root = conda_project(tmp_path / "proj", channel)
     proj = open_project(str(root))
-    outcome = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler"))
+    outcome = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
     assert outcome.state == "locked", outcome.message
     path = root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml"
     text = path.read_text()
@@ -82,25 +37,25 @@ def test_conda_lock_against_local_channel_reads_back_with_conda_lock(tmp_path: P
 
 
 def test_conda_lock_unsolvable_writes_nothing(tmp_path: Path, channel: Path) -> None:
-    root = _conda_project(tmp_path, channel, torch="2.4.1")
-    outcome = lock.lock_one(open_project(str(root)), "cpu-py311-conda", lock.LockOptions(solver="rattler"))
+    root = conda_project(tmp_path / "proj", channel, torch="2.4.1")
+    outcome = lock.lock_one(open_project(str(root)), "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
     assert outcome.state == "failed" and isinstance(outcome.error, LockError)
     assert outcome.message.startswith("rattler failed: SolverError") and "pytorch ==2.4.1" in outcome.message
     assert not (root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml").exists()
 
 
 def test_conda_relock_says_what_it_changed(tmp_path: Path, channel: Path) -> None:
-    root = _conda_project(tmp_path, channel)
+    root = conda_project(tmp_path / "proj", channel)
     proj = open_project(str(root))
-    first = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler"))
+    first = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
     assert first.state == "locked" and first.changes is None, first.message
     prof = root / "profiles" / "cpu-py311-conda.yaml"
     prof.write_text(prof.read_text().replace('numpy: "2.1.3"', 'numpy: "2.2.0"'))
     path = root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml"
     written = path.read_bytes()
-    dry = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", dry_run=True))
+    dry = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", dry_run=True, apt=False))
     assert [c.render() for c in dry.changes or []] == ["  numpy 2.1.3 -> 2.2.0"]
     assert dry.files == [] and path.read_bytes() == written
-    second = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler"))
+    second = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
     assert second.state == "locked", second.message
     assert [c.render() for c in second.changes or []] == ["  numpy 2.1.3 -> 2.2.0"]

@@ -261,3 +261,31 @@ def test_the_build_context_carries_apt_lock_and_pins_every_package(
         in expect
     )
     assert report["labels"]["io.envbuild.apt-lock-sha256"] == hashlib.sha256(lock_text.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("extra", "stages"),
+    [
+        ({}, {"runtime": ("g++",)}),
+        ({"apt": ["less", "curl"]}, {"runtime": ("g++", "curl", "less")}),
+        ({"compile": False}, {}),
+    ],
+)
+def test_a_conda_profile_locks_only_its_runtime_os_packages(extra: dict[str, object], stages: object) -> None:
+    """conda's Python is conda-lock.yml's: apt.lock pins the runtime's compiler and `apt:` list only,
+    and a profile that installs no OS package has no apt.lock to keep."""
+    from envbuild.profile import Profile
+
+    fields = {
+        "name": "cpu-py311-conda",
+        "accelerator": "cpu",
+        "flavor": "conda",
+        "python": "3.11",
+        "torch": "2.5.1",
+        "numpy": "2.1.3",
+        "channels": ["conda-forge"],
+        **extra,
+    }
+    plan = plan_mod.for_profile(Profile.model_validate(fields))
+    assert plan.apt_stages == stages
+    assert "_apt.j2" in plan.templates  # the shared part is in the build digest like the templates
