@@ -279,11 +279,13 @@ def prepare(
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text
     if lock.apt is not None:
         files.update({ctx / "apt" / name: text for name, text in layering.apt_files(lock).items()})
+    if groups:  # each layer's step writes its part of the manifest with the image's own module
+        files[ctx / "tools" / "manifest.py"] = plan_mod.smoke_sources()["manifest.py"]
     atomic_write_many(files)
     (ctx / SMOKE_DIR / SMOKE_ENTRY).chmod(0o755)
     if wheels:
         say("phase", "wheels", f"{len(wheels)} of {len(lock.pins)} wheel(s) from the wheel cache")
-    (ctx / "tools").mkdir()
+    (ctx / "tools").mkdir(exist_ok=True)
     member = {name: group for group, names in groups.items() for name in names}
     for group in groups:
         (ctx / "wheels" / group).mkdir()

@@ -34,18 +34,20 @@ def installer(plan: Plan, platform: str) -> tuple[str, Path | None]:
 
 # The torch family's own runtime: CUDA/ROCm libraries and Triton come as wheels of their own.
 _TORCH_RUNTIME = ("nvidia-", "triton", "pytorch-triton", "cuda-")
-# Never in a layer of their own: numpy (the profile pins it) and what `python -m venv` puts in the
-# venv itself, which the locked version must replace in place (two setuptools merged from two
-# layers make a broken one)
-_IN_THE_VENV = frozenset({"numpy", "pip", "setuptools", "wheel"})
+# Never in a layer of their own: what `python -m venv` puts in the venv itself, which the locked
+# version must replace in place (two setuptools merged from two layers make a broken one)
+_IN_THE_VENV = frozenset({"pip", "setuptools", "wheel"})
+# numpy, which the profile pins, changes as rarely as torch but is 60 MB: a layer of its own keeps
+# it out of what a re-lock of the profile's small packages rebuilds and pushes
+_OWN_LAYER = "numpy"
 
 
 def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[str, tuple[str, ...]]:
     """The image's environment layers, biggest and least often changed first, chosen from the lock:
     `torch` (torch and its CUDA/ROCm/Triton runtime wheels), `torch-extras` (torchvision and
     torchaudio), `torch-deps` (what only those pull in: sympy, networkx, jinja2, ..., by uv's `# via`
-    annotations) and `rest` (numpy, the profile's own packages and theirs, the venv itself with pip
-    and setuptools). Two profiles on one base with the same torch build get the same `torch` layer,
+    annotations), `numpy`, and `rest` (the profile's own packages and theirs, the venv itself with
+    pip and setuptools). Two profiles on one base with the same torch build get the same `torch` layer,
     byte for byte, whatever else they lock; a re-lock of the profile's own packages changes only
     `rest`."""
     torch = tuple(sorted(n for n in pins if n == "torch" or n.startswith(_TORCH_RUNTIME)))
@@ -56,13 +58,14 @@ def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[
     grew = True
     while grew:  # the closure: a package whose every parent is in the family or already a dependency
         grew = False
-        for name in sorted(set(pins) - family - deps - _IN_THE_VENV):
+        for name in sorted(set(pins) - family - deps - _IN_THE_VENV - {_OWN_LAYER}):
             up = parents.get(name, set())
             if up and up <= family | deps:
                 deps.add(name)
                 grew = True
-    groups = {"torch": torch, "torch-extras": extras, "torch-deps": tuple(sorted(deps))}
-    rest = tuple(sorted(n for n in pins if n not in family | deps))
+    own = tuple(n for n in pins if n == _OWN_LAYER)
+    groups = {"torch": torch, "torch-extras": extras, "torch-deps": tuple(sorted(deps)), _OWN_LAYER: own}
+    rest = tuple(sorted(n for n in pins if n not in family | deps | set(own)))
     return {**{g: names for g, names in groups.items() if names}, "rest": rest}
 
 

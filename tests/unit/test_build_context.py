@@ -26,6 +26,7 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
         "Dockerfile",
         "certs",
         "requirements.lock",
+        "requirements.numpy.lock",
         "requirements.rest.lock",
         "requirements.torch-deps.lock",
         "requirements.torch-extras.lock",
@@ -34,20 +35,22 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
         "tools",
         "wheels",
     ]
-    # this machine's uv, for the builder to install with (the image is for this machine's platform)
+    # this machine's uv, for the builder to install with (the image is for this machine's platform),
+    # and the image's manifest module, for each layer's step to write its part of the manifest
     assert (ctx / "tools" / "uv").is_file() and "tools/uv pip install" in (ctx / "Dockerfile").read_text()
+    assert (ctx / "tools" / "manifest.py").read_text() == (ctx / "smoke" / "envbuild_smoke" / "manifest.py").read_text()
     locked = (engineless_project / "lockfiles" / "cu121-py311" / "requirements.lock").read_text()
     assert (ctx / "requirements.lock").read_text() == locked
     # the layers' parts of the lockfile: every locked package in exactly one, hashes as locked
     parts = {
         g: lockfile.parse_requirements((ctx / f"requirements.{g}.lock").read_text())
-        for g in ("torch", "torch-extras", "torch-deps", "rest")
+        for g in ("torch", "torch-extras", "torch-deps", "numpy", "rest")
     }
     whole = lockfile.parse_requirements(locked)
     assert sorted(n for p in parts.values() for n in p) == sorted(whole)
     assert all(pin.hashes == whole[name].hashes for p in parts.values() for name, pin in p.items())
     assert "torch" in parts["torch"] and any(n.startswith("nvidia-") for n in parts["torch"])
-    assert "triton" in parts["torch"] and "torchvision" in parts["torch-extras"] and "numpy" in parts["rest"]
+    assert "triton" in parts["torch"] and "torchvision" in parts["torch-extras"] and list(parts["numpy"]) == ["numpy"]
     # what only torch pulls in (uv's "# via") is a layer of its own; the profile's own packages are not in it
     assert {"sympy", "jinja2", "markupsafe"} <= set(parts["torch-deps"]) and "einops" in parts["rest"]
     # what `python -m venv` put there is replaced in place by the locked version, never from another layer

@@ -214,6 +214,39 @@ def test_the_manifest_digest_is_the_same_for_the_same_files_and_changes_with_the
     assert (folder / "env-digest").read_text().strip() != first
 
 
+def test_a_manifest_merged_from_layer_parts_equals_one_hashed_whole(tmp_path: Path) -> None:
+    """What the layered build does: each layer's step writes its part, the runtime merges them in
+    the layers' order (a later layer's file wins, as on disk) and reads every file's mode itself."""
+    import os
+    import shutil
+
+    from envbuild.smoke.inside import manifest
+
+    layers = {name: tmp_path / "split" / name / "opt" / "venv" for name in ("torch", "rest")}
+    for root in layers.values():
+        (root / "lib").mkdir(parents=True)
+    (layers["torch"] / "lib" / "torch.py").write_text("big = True\n")
+    (layers["torch"] / "lib" / "both.py").write_text("from torch\n")
+    (layers["rest"] / "lib" / "both.py").write_text("from rest, later\n")
+    (layers["rest"] / "lib" / "einops.py").write_text("small = True\n")
+    parts = []
+    for name, root in layers.items():
+        part = tmp_path / "manifest.d" / f"{name}.json"
+        assert manifest.main(["--root", str(root), "--part", name, "--write", str(part)]) == 0
+        parts += ["--merge", str(part)]
+    venv = tmp_path / "venv"  # the runtime's /opt/venv: the layers copied over each other, in order
+    for root in layers.values():
+        shutil.copytree(root, venv, dirs_exist_ok=True)
+    os.chmod(venv / "lib" / "torch.py", 0o600)  # a mode the part does not know: hashed afresh
+    (venv / "lib" / "new.py").write_text("")  # a file no part names: hashed afresh
+    written = tmp_path / "out" / "manifest.json"
+    written.parent.mkdir()
+    assert manifest.main(["--root", str(venv), "--write", str(written), *parts]) == 0
+    merged = json.loads(written.read_text())
+    assert merged == manifest.build(str(venv))
+    assert (tmp_path / "out" / "env-digest").read_text().strip() == manifest.digest(manifest.build(str(venv)))
+
+
 def test_the_integrity_check_names_changed_added_and_removed_files(tmp_path: Path) -> None:
     from envbuild.smoke.inside import integrity
 

@@ -57,6 +57,43 @@ def build(root: str = VENV) -> dict[str, Any]:
     return {"version": MANIFEST_VERSION, "root": root, "files": scan(root), "os_packages": os_packages()}
 
 
+def _entry(path: str, st: os.stat_result) -> list[Any] | None:
+    if stat.S_ISLNK(st.st_mode):
+        return ["link", os.readlink(path)]
+    if stat.S_ISREG(st.st_mode):
+        return [oct(stat.S_IMODE(st.st_mode)), None]
+    return None
+
+
+def merge(root: str, parts: list[str]) -> dict[str, Any]:
+    """The manifest from the parts the build wrote per image layer (`--part`), in the order the
+    layers were copied (a later layer's file wins, as it does on disk): a re-lock that leaves the
+    torch layer cached then hashes only the small layers again, not the whole environment.
+
+    Every file under root is still listed and its mode read here; a file no part names, or whose
+    mode or link differs from its part's, is hashed afresh. Equal to `build(root)` for the same
+    files (the integrity check, which hashes everything, holds it to that)."""
+    known: dict[str, list[Any]] = {}
+    for part in parts:
+        with open(part, encoding="utf-8") as fh:
+            known.update(json.load(fh)["files"])
+    files: dict[str, list[Any]] = {}
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root)
+            entry = _entry(path, os.lstat(path))
+            if entry is None:
+                continue
+            had = known.get(rel)
+            if had is not None and had[0] == entry[0] and (entry[0] != "link" or had[1] == entry[1]):
+                files[rel] = had
+            else:
+                files[rel] = entry if entry[0] == "link" else [entry[0], _sha256(path)]
+    return {"version": MANIFEST_VERSION, "root": root, "files": files, "os_packages": os_packages()}
+
+
 def digest(manifest: dict[str, Any]) -> str:
     """sha256 of the manifest's canonical JSON: equal for two environments with equal files and packages."""
     blob = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
@@ -68,8 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=VENV)
     parser.add_argument("--write", default=MANIFEST, help="where the manifest goes (its digest goes beside it)")
     parser.add_argument("--stdout", action="store_true", help="print the environment as it is now; write nothing")
+    parser.add_argument("--part", help="write only the files under root, as the part of one image layer")
+    parser.add_argument("--merge", action="append", default=[], help="a layer's part, in the layers' order")
     args = parser.parse_args(argv)
-    manifest = build(args.root)
+    if args.part:
+        os.makedirs(os.path.dirname(args.write), exist_ok=True)
+        with open(args.write, "w", encoding="utf-8") as fh:
+            json.dump({"part": args.part, "files": scan(args.root)}, fh, sort_keys=True, separators=(",", ":"))
+        return 0
+    manifest = merge(args.root, args.merge) if args.merge else build(args.root)
     if args.stdout:
         print(json.dumps(manifest, sort_keys=True, separators=(",", ":")))
         return 0
