@@ -518,10 +518,19 @@ def bench_lock_speed(runs: int) -> str:
 
     ours: list[float] = []
     theirs: list[float] = []
+    first: list[float] = []
+    locked = proj / "lockfiles" / name
+
+    def first_lock() -> None:  # no lockfile yet: both uv passes, as a new profile's first lock
+        shutil.rmtree(locked, ignore_errors=True)
+        envbuild(*lock, cwd=proj)
+
     for _ in range(max(runs, 5)):  # interleaved: the network's mood is shared
         theirs.append(timed(raw))
         ours.append(timed(lambda: envbuild(*lock, cwd=proj)))
+        first.append(timed(first_lock))
     ratio = statistics.median(ours) / statistics.median(theirs)
+    first_ratio = statistics.median(first) / statistics.median(theirs)
     # the whole matrix from a cold uv cache, as `lock --all` runs it (concurrently)
     cold_cache = {"UV_CACHE_DIR": tempfile.mkdtemp(prefix="bench-uv-")}
     t0 = time.perf_counter()
@@ -535,14 +544,19 @@ def bench_lock_speed(runs: int) -> str:
         "",
         f"`envbuild lock {name} --upgrade` against the `uv pip compile` call it makes (captured through "
         f"ENVBUILD_UV: same inputs, same flags, same warm cache), interleaved, {len(ours)} runs each. envbuild "
-        f"makes {len(calls)} uv calls: the resolve, then pylock.toml from uv's cache (`--offline`).",
+        "makes one uv call when the resolution is the one the lockfiles already hold (their pylock.toml is "
+        "kept), two when it changed or there is no lockfile yet: the resolve, then pylock.toml from uv's "
+        "cache (`--offline`).",
         "",
         "| | median (s) | runs (s) |",
         "|---|---|---|",
         f"| raw `uv pip compile` | {statistics.median(theirs):.2f} | {', '.join(f'{t:.2f}' for t in theirs)} |",
-        f"| `envbuild lock` | {statistics.median(ours):.2f} | {', '.join(f'{t:.2f}' for t in ours)} |",
+        f"| `envbuild lock --upgrade`, nothing new | {statistics.median(ours):.2f} | "
+        f"{', '.join(f'{t:.2f}' for t in ours)} |",
+        f"| `envbuild lock`, no lockfile yet | {statistics.median(first):.2f} | {', '.join(f'{t:.2f}' for t in first)} |",
         "",
-        f"Ratio: **{ratio:.2f}x** (goal <= 1.3x: {'meets' if ratio <= 1.3 else 'misses'}).",
+        f"Ratio: **{ratio:.2f}x** re-locking, **{first_ratio:.2f}x** for a first lock "
+        f"(goal <= 1.3x: {'meets' if max(ratio, first_ratio) <= 1.3 else 'misses'}).",
         "",
         f"The shipped matrix ({len(LOCKABLE)} profiles) from a cold uv cache, `lock` running them 4 at a time: "
         f"**{wall:.1f} s** wall; each: "

@@ -55,8 +55,10 @@ def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents 
                 for note in plan.notes:
                     say(name, "note", note)
                 say(name, "resolving", f"{prof.flavor}: {', '.join(plan.platforms)}")
-                locker = conda.lock if prof.flavor == "conda" else venvlock.lock
-                outcome = locker(project, plan, opts)
+                if prof.flavor == "conda":
+                    outcome = conda.lock(project, plan, opts)
+                else:
+                    outcome = venvlock.lock(project, plan, opts, found)
             if opts.apt and plan.apt_stages:
                 _lock_apt(project, plan, opts, outcome, lambda kind, text: say(name, kind, text))
     except EnvbuildError as exc:

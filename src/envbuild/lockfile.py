@@ -122,6 +122,15 @@ def read_record(text: str) -> LockRecord:
     return old
 
 
+def body(text: str) -> str:
+    """A lockfile's text after its header (the lines up to and including the lock record)."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines[:_HEADER_LINES]):
+        if line.startswith(RECORD_PREFIX):
+            return "".join(lines[i + 1 :])
+    raise RecordError("it has no envbuild header")
+
+
 def lock_sha256(text: str) -> str:
     """The lockfile's identity (labels, immutable tags, pull --verify): sha256 of its text with line
     endings normalised, so a CRLF checkout (git autocrlf) is the same lockfile."""

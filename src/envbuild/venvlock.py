@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tempfile
 from pathlib import Path
@@ -9,7 +10,7 @@ from urllib.parse import quote
 
 from envbuild import lockfile, lockverify, proc, render, uvtool
 from envbuild.errors import LockError
-from envbuild.freshness import lock_dir
+from envbuild.freshness import Freshness, LockSnapshot, lock_dir
 from envbuild.fsutil import atomic_write_many
 from envbuild.lockfile import Pin
 from envbuild.lockopts import LockOptions, LockOutcome
@@ -20,7 +21,9 @@ from envbuild.refs import redact
 from envbuild.torchsource import TorchSource
 
 
-def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opts: LockOptions) -> list[str]:
+def _compile_args(
+    input_file: Path, output: Path, plan: Plan, platform: str, opts: LockOptions, find_links: list[str] | None = None
+) -> list[str]:
     src = plan.source
     args = [
         "pip",
@@ -42,7 +45,7 @@ def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opt
         src.index_url,
         "--quiet",
     ]
-    for link in src.find_links:
+    for link in src.find_links if find_links is None else find_links:
         args += ["--find-links", link]
     if opts.upgrade:
         args.append("--upgrade")
@@ -63,8 +66,68 @@ def _uv(args: list[str], work: Path) -> None:
     uvtool.run(args, error=LockError, cwd=work)
 
 
+def _wheel_page(plan: Plan, pins: dict[str, Pin], work: Path) -> str | None:
+    """For the pylock.toml pass: a page that lists, with its sha256, the one file of a local
+    wheelhouse (`--find-links DIR`, or the torch index given as a folder) that each pin came from,
+    to stand in for those folders; None when there are none, or a pin cannot be matched to exactly
+    one file. uv takes the hash from the page instead of reading the file again: a 183 MB torch
+    wheel costs it a third of a second per pass. The resolve just hashed these files, so the pin's
+    single hash is the file's."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_version, parse_wheel_filename
+
+    src = plan.source
+    places = [*src.find_links, *([src.torch_index] if src.torch_index and src.torch_index_flat else [])]
+    rows: set[str] = set()
+    for link in places:
+        folder = _local_folder(link)
+        if folder is None:
+            continue
+        uri = folder.as_uri()
+        wheels: dict[tuple[str, str], list[Path]] = {}
+        for path in folder.glob("*.whl"):
+            try:
+                name, version, _, _ = parse_wheel_filename(path.name)
+            except InvalidWheelFilename:
+                continue
+            wheels.setdefault((str(name), canonicalize_version(version)), []).append(path)
+        for pin in pins.values():
+            if pin.source.rstrip("/") != uri:
+                continue
+            found = wheels.get((pin.name, canonicalize_version(pin.version)), [])
+            if len(found) != 1 or len(pin.hashes) != 1 or not pin.hashes[0].startswith("sha256:"):
+                return None
+            rows.add(f'<a href="{found[0].as_uri()}#{pin.hashes[0].replace(":", "=", 1)}">{found[0].name}</a>')
+    if not rows:
+        return None
+    page = work / "wheelhouse.html"
+    page.write_text("<html><body>\n" + "\n".join(sorted(rows)) + "\n</body></html>\n", "utf-8")
+    return page.as_uri()
+
+
+def _local_folder(link: str) -> Path | None:
+    """The folder a find-links entry or flat index names on this machine; None for a URL."""
+    if "://" in link and not link.startswith("file://"):
+        return None
+    folder = Path(link.removeprefix("file://")).resolve()
+    return folder if folder.is_dir() else None
+
+
+def _same_pylock(plan: Plan, pins: dict[str, Pin], family: list[str], before: LockSnapshot | None) -> str | None:
+    """The current pylock.toml's body when the new resolution is the one it was written for (every
+    version and every hash the same, the torch family from the same route and index): the same
+    files from the same places, so uv need not be asked again. A re-lock that changes nothing, the
+    most common one, then costs one uv call."""
+    if before is None or not before.pylock_text or family != list(plan.torch_family):
+        return None
+    record = before.record
+    same_place = (record.route, record.index) == (plan.source.route, plan.source.canonical_index)
+    if not same_place or record.resolution != lockfile.resolution_id(pins):
+        return None
+    return lockfile.body(before.pylock_text)
+
+
 def _resolve_platform(
-    plan: Plan, platform: str, opts: LockOptions, previous: Path | None, work: Path
+    plan: Plan, platform: str, opts: LockOptions, previous: Path | None, work: Path, before: LockSnapshot | None = None
 ) -> tuple[dict[str, Pin], str, str]:
     """Resolve one platform: (pins, requirements text, pylock text)."""
     src = plan.source
@@ -88,11 +151,20 @@ def _resolve_platform(
             _uv(_compile_args(pyproject, out, plan, platform, opts), work)
             pins = lockfile.parse_requirements(out.read_text("utf-8"))
     lockverify.verify(plan.profile, pins, src, platform)
+    same = _same_pylock(plan, pins, family, before)
+    if same is not None:
+        return pins, out.read_text("utf-8"), same
     # pylock.toml from the exact pins, through the same routing, so both files say the same.
     exact = [f"{p.name}=={p.version}" for p in sorted(pins.values(), key=lambda p: p.name)]
+    page = _wheel_page(plan, pins, work)
+    links = None
+    if page is not None:  # the page stands in for every local wheelhouse, the torch index's included
+        links = [*(link for link in src.find_links if _local_folder(link) is None), page]
+        if src.torch_index and src.torch_index_flat and _local_folder(src.torch_index) is not None:
+            plan = dataclasses.replace(plan, source=dataclasses.replace(src, torch_index=page))
     pyproject.write_text(_lock_input(plan, exact, family))
     pylock = work / f"pylock.{platform.replace('_', '')}.toml"
-    args = _compile_args(pyproject, pylock, plan, platform, LockOptions(offline=True))
+    args = _compile_args(pyproject, pylock, plan, platform, LockOptions(offline=True), links)
     args[args.index("--generate-hashes")] = "--format=pylock.toml"
     args.remove("--emit-index-annotation")
     try:
@@ -142,7 +214,8 @@ def canonical_sources(text: str, src: TorchSource) -> str:
     return re.sub(r'url = "(file://[^"]+\.whl)"', wheel_url, text)
 
 
-def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
+def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | None = None) -> LockOutcome:
+    """Lock a venv profile; `found`: the current lockfiles' freshness, when the caller has it."""
     src = plan.source
     files: dict[Path, str] = {}
     directory = lock_dir(project, plan.name)
@@ -154,7 +227,10 @@ def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
             primary, secondary = lock_names(platform)
             if (directory / primary).is_file():
                 before[platform] = lockfile.parse_requirements((directory / primary).read_text("utf-8"))
-            pins, req_text, pylock_text = _resolve_platform(plan, platform, opts, directory / primary, Path(tmp))
+            current = found.snapshots.get(platform) if found is not None else None
+            pins, req_text, pylock_text = _resolve_platform(
+                plan, platform, opts, directory / primary, Path(tmp), current
+            )
             after[platform] = pins
             record = lockfile.new_record(
                 profile=plan.name,

@@ -225,3 +225,35 @@ def test_a_relock_says_what_it_changed(proj: Path) -> None:
     again = envbuild("lock", "cpu-py311", "--find-links", WHEELS, "--upgrade", cwd=proj)
     assert again.returncode == 0, again.stderr
     assert again.stdout == "cpu-py311: no package changed\n"
+
+
+def test_a_relock_that_changes_nothing_asks_uv_once_and_keeps_pylock(proj: Path, tmp_path: Path) -> None:
+    """pylock.toml is written from the exact pins by a second uv call; when the new resolution is
+    the one the lockfiles hold (every version and hash), the files are the same and that call is
+    skipped. A changed resolution still gets a pylock.toml of its own."""
+    from envbuild import uvtool
+
+    spy = tmp_path / "uv"
+    log = tmp_path / "calls"
+    spy.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {uvtool.binary()} "$@"\n')
+    spy.chmod(0o755)
+    env = {"ENVBUILD_UV": str(spy)}
+    lock = ["lock", "cpu-py311", "--no-apt", "--find-links", WHEELS]
+    assert envbuild(*lock, cwd=proj, env=env).returncode == 0
+    assert len(log.read_text().splitlines()) == 2  # a first lock: the resolve and pylock.toml
+    folder = proj / "lockfiles" / "cpu-py311"
+    pylock = (folder / "pylock.toml").read_text()
+    log.unlink()
+    again = envbuild(*lock, "--upgrade", cwd=proj, env=env)
+    assert again.returncode == 0, again.stderr
+    assert len(log.read_text().splitlines()) == 1 and "pylock" not in log.read_text()
+    assert (folder / "pylock.toml").read_text() == pylock
+    assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
+    # a changed resolution: both calls again, and pylock.toml follows it
+    prof = proj / "profiles" / "cpu-py311.yaml"
+    prof.write_text(prof.read_text().replace("einops==0.8.1", "einops==0.8.0"))
+    log.unlink()
+    assert envbuild(*lock, cwd=proj, env=env).returncode == 0
+    assert len(log.read_text().splitlines()) == 2
+    assert 'name = "einops"\nversion = "0.8.0"' in (folder / "pylock.toml").read_text()
+    assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
