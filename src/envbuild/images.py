@@ -21,6 +21,7 @@ from envbuild import engine, publish, validate
 from envbuild.errors import ProfileError
 from envbuild.names import (
     LABEL_ACCELERATOR,
+    LABEL_LAYER,
     LABEL_LOCK_SHA,
     LABEL_PROFILE,
     LABEL_SMOKE_GPU,
@@ -179,7 +180,7 @@ def _superseded(summaries: list[dict[str, Any]], current_lock: dict[str, str]) -
     """Builder-stage images of a profile's current lockfile (`current_lock`: profile -> its sha256)
     but the newest: a `--no-cache` build or a new base leaves the one before unused, and only the
     newest is what the next build starts from."""
-    newest: set[str] = set()
+    newest: set[tuple[str, str]] = set()
     out = set()
     for s in sorted(summaries, key=lambda s: int(s.get("Created") or 0), reverse=True):
         labels = s.get("Labels") or {}
@@ -188,9 +189,10 @@ def _superseded(summaries: list[dict[str, Any]], current_lock: dict[str, str]) -
             continue
         if labels.get(LOCK_LABEL) != current_lock[profile]:
             continue
-        if profile in newest:
+        stage = (profile, labels.get(LABEL_LAYER, ""))  # one cache image per layer's stage is current
+        if stage in newest:
             out.add(str(s["Id"]))
-        newest.add(profile)
+        newest.add(stage)
     return frozenset(out)
 
 

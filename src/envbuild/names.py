@@ -57,6 +57,7 @@ LABEL_ACCELERATOR = f"{LABEL_NS}.accelerator"
 LABEL_CUDA = f"{LABEL_NS}.cuda"
 LABEL_ROCM = f"{LABEL_NS}.rocm"
 LABEL_STAGE = f"{LABEL_NS}.stage"  # "builder" on the builder stage's cache image
+LABEL_LAYER = f"{LABEL_NS}.layer"  # on a builder-side cache image: which layer's stage (torch, ..., rest)
 LABEL_SOURCE = "org.opencontainers.image.source"
 # The passed-smoke record, added by a labels-only child image after the smoke test passed.
 LABEL_SMOKE = f"{LABEL_NS}.smoke"

@@ -15,7 +15,15 @@ from typing import Any
 
 from envbuild import __version__
 from envbuild.errors import RenderError
-from envbuild.names import FIXED_MTIME, IMAGE_UID, LABEL_LOCK_SHA, LABEL_PROFILE, LABEL_SOURCE, LABEL_STAGE
+from envbuild.names import (
+    FIXED_MTIME,
+    IMAGE_UID,
+    LABEL_LAYER,
+    LABEL_LOCK_SHA,
+    LABEL_PROFILE,
+    LABEL_SOURCE,
+    LABEL_STAGE,
+)
 from envbuild.plan import TEMPLATE_NAMES, Plan, default_templates_dir
 
 OUTPUT_NAMES = {
@@ -114,6 +122,7 @@ def context(
         "pip_specs": list(plan.pip_specs),
         "uid": IMAGE_UID,
         "stage_label": LABEL_STAGE,
+        "layer_label": LABEL_LAYER,
         "labels": sorted((labels or {}).items()),
         # Only what stays put between commits (no created/revision): this LABEL step must stay cached.
         "builder_labels": sorted(

@@ -126,6 +126,26 @@ def test_only_the_newest_build_cache_of_the_current_lockfile_is_the_one_a_build_
     assert found == frozenset({"old-current"})
 
 
+def test_each_layer_stage_keeps_its_newest_build_cache() -> None:
+    """A layered build leaves one cache image per layer's stage (torch, ..., rest): the torch
+    stage's is not superseded by the rest stage's, only by a newer torch stage's."""
+
+    def summary(image_id: str, created: int, layer: str) -> dict[str, Any]:
+        labels = {
+            "io.envbuild.profile": "cpu-py311",
+            "io.envbuild.lock-sha256": "a" * 64,
+            "io.envbuild.stage": "builder",
+            "io.envbuild.layer": layer,
+        }
+        return {"Id": image_id, "Created": created, "Labels": labels}
+
+    found = images._superseded(
+        [summary("torch-old", 100, "torch"), summary("torch-new", 200, "torch"), summary("rest", 300, "rest")],
+        {"cpu-py311": "a" * 64},
+    )
+    assert found == frozenset({"torch-old"})
+
+
 def test_untagged_leftovers_and_images_of_deleted_profiles_can_go() -> None:
     leftover = _row(_attrs(["<none>:<none>"], smoke=False))
     assert (leftover.state, leftover.keep, leftover.tags) == ("untagged", False, [])
