@@ -27,8 +27,10 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def scan(root: str) -> dict[str, list[Any]]:
-    """{path relative to root: [mode, sha256 or link target]} for every file and link under root."""
+def scan(root: str, known: dict[str, list[Any]] | None = None) -> dict[str, list[Any]]:
+    """{path relative to root: [mode, sha256 or link target]} for every file and link under root.
+    `known`: entries already hashed (a layer's part of the manifest), taken as they are for a file of
+    the same mode; every other file is hashed here, and every link read."""
     files: dict[str, list[Any]] = {}
     for folder, dirs, names in os.walk(root):
         dirs.sort()
@@ -39,7 +41,9 @@ def scan(root: str) -> dict[str, list[Any]]:
             if stat.S_ISLNK(st.st_mode):
                 files[rel] = ["link", os.readlink(path)]
             elif stat.S_ISREG(st.st_mode):
-                files[rel] = [oct(stat.S_IMODE(st.st_mode)), _sha256(path)]
+                mode = oct(stat.S_IMODE(st.st_mode))
+                had = (known or {}).get(rel)
+                files[rel] = had if had is not None and had[0] == mode else [mode, _sha256(path)]
     return files
 
 
@@ -57,14 +61,6 @@ def build(root: str = VENV) -> dict[str, Any]:
     return {"version": MANIFEST_VERSION, "root": root, "files": scan(root), "os_packages": os_packages()}
 
 
-def _entry(path: str, st: os.stat_result) -> list[Any] | None:
-    if stat.S_ISLNK(st.st_mode):
-        return ["link", os.readlink(path)]
-    if stat.S_ISREG(st.st_mode):
-        return [oct(stat.S_IMODE(st.st_mode)), None]
-    return None
-
-
 def merge(root: str, parts: list[str]) -> dict[str, Any]:
     """The manifest from the parts the build wrote per image layer (`--part`), in the order the
     layers were copied (a later layer's file wins, as it does on disk): a re-lock that leaves the
@@ -77,21 +73,7 @@ def merge(root: str, parts: list[str]) -> dict[str, Any]:
     for part in parts:
         with open(part, encoding="utf-8") as fh:
             known.update(json.load(fh)["files"])
-    files: dict[str, list[Any]] = {}
-    for folder, dirs, names in os.walk(root):
-        dirs.sort()
-        for name in sorted(names):
-            path = os.path.join(folder, name)
-            rel = os.path.relpath(path, root)
-            entry = _entry(path, os.lstat(path))
-            if entry is None:
-                continue
-            had = known.get(rel)
-            if had is not None and had[0] == entry[0] and (entry[0] != "link" or had[1] == entry[1]):
-                files[rel] = had
-            else:
-                files[rel] = entry if entry[0] == "link" else [entry[0], _sha256(path)]
-    return {"version": MANIFEST_VERSION, "root": root, "files": files, "os_packages": os_packages()}
+    return {"version": MANIFEST_VERSION, "root": root, "files": scan(root, known), "os_packages": os_packages()}
 
 
 def digest(manifest: dict[str, Any]) -> str:
