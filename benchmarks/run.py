@@ -212,9 +212,9 @@ def _naive_image(proj: Path, buildkit: bool = False) -> tuple[float, int]:
         f"COPY {wheel.name} /tmp/\n"
         f"RUN PIP_CERT=/tmp/ca.crt /opt/venv/bin/pip install --find-links /tmp -r /tmp/requirements.in\n"
     )
-    docker = (
-        "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
-    )  # the one envbuild's BuildKit path runs
+    from envbuild.buildkit import docker_cli  # the client envbuild's BuildKit path runs
+
+    docker = docker_cli()
     cmd = [docker, "build", "--no-cache", "-q", "-t", "envbuild-bench/naive:cpu-py311", str(work)]
     t = timed(lambda: sh(cmd, env={"DOCKER_BUILDKIT": "1" if buildkit else "0"}))
     return t, _image_size("envbuild-bench/naive:cpu-py311")

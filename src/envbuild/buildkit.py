@@ -29,13 +29,17 @@ def buildx_output(version: tuple[int, int] | None) -> list[str]:
     return ["--load"]
 
 
+def docker_cli() -> str:
+    """The engine's own `docker` client (Debian's /usr/bin/docker) before any other on PATH: its
+    `build` speaks BuildKit with DOCKER_BUILDKIT=1."""
+    return "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
+
+
 def cli() -> list[str]:
-    """The command that starts a BuildKit build, up to its options."""
-    for cand in ("/usr/bin/docker", shutil.which("docker") or ""):
-        if cand and Path(cand).exists():
-            probe = subprocess.run([cand, "buildx", "version"], capture_output=True, check=False)
-            if probe.returncode == 0:
-                inspect = subprocess.run([cand, "buildx", "inspect"], capture_output=True, text=True, check=False)
-                return [cand, "buildx", "build", *buildx_output(buildkit_version(inspect.stdout))]
-    docker_cli = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
-    return [docker_cli, "build"]
+    """The command that starts a BuildKit build, up to its options: buildx when the client has it."""
+    for cand in dict.fromkeys((docker_cli(), shutil.which("docker") or "")):  # buildx may be either's
+        present = bool(cand) and Path(cand).exists()
+        if present and subprocess.run([cand, "buildx", "version"], capture_output=True, check=False).returncode == 0:
+            inspect = subprocess.run([cand, "buildx", "inspect"], capture_output=True, text=True, check=False)
+            return [cand, "buildx", "build", *buildx_output(buildkit_version(inspect.stdout))]
+    return [docker_cli(), "build"]

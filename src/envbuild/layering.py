@@ -63,7 +63,7 @@ def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[
             if up and up <= family | deps:
                 deps.add(name)
                 grew = True
-    own = tuple(n for n in pins if n == _OWN_LAYER)
+    own = (_OWN_LAYER,) if _OWN_LAYER in pins else ()
     groups = {"torch": torch, "torch-extras": extras, "torch-deps": tuple(sorted(deps)), _OWN_LAYER: own}
     rest = tuple(sorted(n for n in pins if n not in family | deps | set(own)))
     return {**{g: names for g, names in groups.items() if names}, "rest": rest}

@@ -21,9 +21,7 @@ from envbuild.refs import redact
 from envbuild.torchsource import TorchSource
 
 
-def _compile_args(
-    input_file: Path, output: Path, plan: Plan, platform: str, opts: LockOptions, find_links: list[str] | None = None
-) -> list[str]:
+def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opts: LockOptions) -> list[str]:
     src = plan.source
     args = [
         "pip",
@@ -45,7 +43,7 @@ def _compile_args(
         src.index_url,
         "--quiet",
     ]
-    for link in src.find_links if find_links is None else find_links:
+    for link in src.find_links:
         args += ["--find-links", link]
     if opts.upgrade:
         args.append("--upgrade")
@@ -66,22 +64,20 @@ def _uv(args: list[str], work: Path) -> None:
     uvtool.run(args, error=LockError, cwd=work)
 
 
-def _wheel_page(plan: Plan, pins: dict[str, Pin], work: Path) -> str | None:
-    """For the pylock.toml pass: a page that lists, with its sha256, the one file of a local
-    wheelhouse (`--find-links DIR`, or the torch index given as a folder) that each pin came from,
-    to stand in for those folders; None when there are none, or a pin cannot be matched to exactly
-    one file. uv takes the hash from the page instead of reading the file again: a 183 MB torch
-    wheel costs it a third of a second per pass. The resolve just hashed these files, so the pin's
-    single hash is the file's."""
+def _pylock_source(plan: Plan, pins: dict[str, Pin], work: Path) -> TorchSource:
+    """Where the pylock.toml pass reads the pins from: the plan's source, with every local wheelhouse
+    (`--find-links DIR`, or the torch index given as a folder) replaced by one page that lists, with
+    its sha256, the file of it each pin came from. uv takes the hash from the page instead of reading
+    the file again: a 183 MB torch wheel costs it a third of a second per pass. The resolve just
+    hashed these files, so the pin's single hash is the file's. The plan's source as it is when
+    there is no local wheelhouse, or a pin cannot be matched to exactly one file."""
     from packaging.utils import InvalidWheelFilename, canonicalize_version, parse_wheel_filename
 
     src = plan.source
-    places = [*src.find_links, *([src.torch_index] if src.torch_index and src.torch_index_flat else [])]
+    local_index = _local_folder(src.torch_index) if src.torch_index and src.torch_index_flat else None
+    folders = [f for f in (*map(_local_folder, src.find_links), local_index) if f is not None]
     rows: set[str] = set()
-    for link in places:
-        folder = _local_folder(link)
-        if folder is None:
-            continue
+    for folder in folders:
         uri = folder.as_uri()
         wheels: dict[tuple[str, str], list[Path]] = {}
         for path in folder.glob("*.whl"):
@@ -95,13 +91,14 @@ def _wheel_page(plan: Plan, pins: dict[str, Pin], work: Path) -> str | None:
                 continue
             found = wheels.get((pin.name, canonicalize_version(pin.version)), [])
             if len(found) != 1 or len(pin.hashes) != 1 or not pin.hashes[0].startswith("sha256:"):
-                return None
+                return src
             rows.add(f'<a href="{found[0].as_uri()}#{pin.hashes[0].replace(":", "=", 1)}">{found[0].name}</a>')
     if not rows:
-        return None
+        return src
     page = work / "wheelhouse.html"
     page.write_text("<html><body>\n" + "\n".join(sorted(rows)) + "\n</body></html>\n", "utf-8")
-    return page.as_uri()
+    links = (*(link for link in src.find_links if _local_folder(link) is None), page.as_uri())
+    return dataclasses.replace(src, find_links=links, torch_index=page.as_uri() if local_index else src.torch_index)
 
 
 def _local_folder(link: str) -> Path | None:
@@ -156,15 +153,10 @@ def _resolve_platform(
         return pins, out.read_text("utf-8"), same
     # pylock.toml from the exact pins, through the same routing, so both files say the same.
     exact = [f"{p.name}=={p.version}" for p in sorted(pins.values(), key=lambda p: p.name)]
-    page = _wheel_page(plan, pins, work)
-    links = None
-    if page is not None:  # the page stands in for every local wheelhouse, the torch index's included
-        links = [*(link for link in src.find_links if _local_folder(link) is None), page]
-        if src.torch_index and src.torch_index_flat and _local_folder(src.torch_index) is not None:
-            plan = dataclasses.replace(plan, source=dataclasses.replace(src, torch_index=page))
+    plan = dataclasses.replace(plan, source=_pylock_source(plan, pins, work))
     pyproject.write_text(_lock_input(plan, exact, family))
     pylock = work / f"pylock.{platform.replace('_', '')}.toml"
-    args = _compile_args(pyproject, pylock, plan, platform, LockOptions(offline=True), links)
+    args = _compile_args(pyproject, pylock, plan, platform, LockOptions(offline=True))
     args[args.index("--generate-hashes")] = "--format=pylock.toml"
     args.remove("--emit-index-annotation")
     try:
