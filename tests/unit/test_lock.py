@@ -259,3 +259,28 @@ def test_check_and_dry_run_together_is_a_usage_error(cli: Callable[..., Result],
     res = cli("lock", "--check", "--dry-run", "--all", "--project", str(locked_project))
     assert res.code == 2
     assert "--check and --dry-run do not go together" in res.err
+
+
+def test_the_pylock_pass_reads_local_wheels_hashes_from_a_page_not_the_files(tmp_path: Path) -> None:
+    """A local wheelhouse is listed on a page with the sha256 the resolve recorded, so uv does not
+    hash the files again; a pin that matches two files of the folder keeps the folder itself."""
+    from envbuild import venvlock
+
+    house = tmp_path / "wheels"
+    house.mkdir()
+    wheel = house / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"not read")
+    import dataclasses
+
+    prof = _prof("cpu-py311")
+    plan = dataclasses.replace(
+        plan_mod.for_profile(prof), source=torchsource.torch_source(prof, find_links=(str(house),))
+    )
+    assert plan.source.torch_index == house.resolve().as_uri()  # the wheelhouse is the torch index too
+    pins = {"torch": Pin("torch", "2.13.0+cpu", ["sha256:" + "a" * 64], house.resolve().as_uri())}
+    src = venvlock._pylock_source(plan, pins, tmp_path)
+    page = Path(src.find_links[-1].removeprefix("file://"))
+    assert src.find_links == (page.as_uri(),) and src.torch_index == page.as_uri()
+    assert f'href="{wheel.as_uri()}#sha256={"a" * 64}"' in page.read_text()
+    (house / "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    assert venvlock._pylock_source(plan, pins, tmp_path) == plan.source
