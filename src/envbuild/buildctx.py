@@ -202,6 +202,13 @@ def git_revision(project: Project) -> str:
     return (proc.run_ok(["git", "rev-parse", "HEAD"], cwd=project.root, timeout=10) or "").strip() or "unknown"
 
 
+def _read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int, apt_sha: str = "") -> dict[str, str]:
     prof = plan.profile
     created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
@@ -251,6 +258,7 @@ def prepare(
     epoch = source_date_epoch(project, lock.path)
     labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
     sbom_text = ""
+    validated_marker = project.work_dir(prof.name) / "sbom.validated"
     if prof.flavor == "venv":
         # what the image holds, from the lockfiles it is built from: the smoke test's integrity check
         # and the manifest then vouch that the environment is exactly this
@@ -258,7 +266,8 @@ def prepare(
         distributions = {p.name: p.version for p in lock.pins.values()}
         os_packages = lock.apt.packages("runtime") if lock.apt else None
         debs = lock.apt.installed if lock.apt else {}
-        sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when)
+        passed = _read_or_empty(validated_marker)
+        sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when, validated=passed)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
     tool, uv_binary = layering.installer(built, platform)
     outputs, groups = layering.render_for(built, lock.pins, lock.apt, labels, tool, lock.text)
@@ -275,6 +284,7 @@ def prepare(
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     if prof.flavor == "venv":
         files[ctx / SMOKE_DIR / SBOM_NAME] = sbom_text
+        files[validated_marker] = sbomdoc.validation_key(sbom_text)
     if ca_text is not None:
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text
     if lock.apt is not None:

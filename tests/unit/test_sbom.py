@@ -79,3 +79,32 @@ def test_every_image_carries_its_sbom_made_the_same_way_each_time(
     assert doc["metadata"]["timestamp"].startswith(labels["org.opencontainers.image.created"][:19])
     names = {c["name"] for c in doc["components"]}
     assert {"torch", "numpy", "einops", "python3.11", "g++"} <= names
+
+
+def test_a_rebuild_checks_its_sbom_only_when_the_document_or_the_library_changed(
+    cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The validator takes seconds (its IRI checks parse every URL): a document that passed before,
+    byte for byte under the same library version, is not checked again; anything else is."""
+    checked: list[str] = []
+    real = sbomdoc.validate_document
+    monkeypatch.setattr(sbomdoc, "validate_document", lambda text: (checked.append(text), real(text))[1])
+
+    def context() -> None:
+        res = cli("build", "cpu-py311", "--context-only", "--json")
+        assert res.code == 0, res.err
+
+    context()
+    assert len(checked) == 1
+    context()
+    assert len(checked) == 1  # the same bytes under the same library: passed before
+    marker = engineless_project / ".envbuild" / "cpu-py311" / "sbom.validated"
+    marker.write_text(marker.read_text().replace("cyclonedx-python-lib ", "cyclonedx-python-lib 0.0.1-"))
+    context()
+    assert len(checked) == 2  # another library version: checked again
+    # another document (another lock): checked, whatever the last build's key says
+    key = marker.read_text()
+    other = sbomdoc.document("x", {"einops": "0.8.0"}, None, {}, {}, validated=key)
+    assert checked[-1] == other and len(checked) == 3
+    sbomdoc.document("x", {"einops": "0.8.0"}, None, {}, {}, validated=sbomdoc.validation_key(other))
+    assert len(checked) == 4  # no `when`: a fresh serial and time each call, so new bytes each time
