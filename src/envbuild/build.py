@@ -14,6 +14,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,8 @@ def context_only(project: Project, prof: Profile, opts: BuildOptions, events: Ev
     with exclusive(project, prof.name, say):
         # no downloads for a context only: it places what the wheel cache and wheelhouses hold
         ctx = buildctx.prepare(project, plan, opts, platform, say, fetch=False)
+        if ctx.pending is not None:
+            ctx.pending()
     return {
         "profile": prof.name,
         "context": str(ctx.directory),
@@ -279,6 +282,25 @@ def build(project: Project, prof: Profile, opts: BuildOptions, events: Events | 
     plan = plan_mod.make(project, prof, opts.plan_options())
     with exclusive(project, prof.name, say):
         return _build(project, plan, opts, say)
+
+
+def _run_builder(cli: Any, ctx: buildctx.Context, prof: Profile, opts: BuildOptions, log: BuildLog, say: Events) -> str:
+    """The built image's ID, from the builder `opts` names; a BuildError that reads the log if it fails."""
+    try:
+        if opts.builder == "buildkit":
+            # BuildKit >= 0.11 stamps layer and history times with SOURCE_DATE_EPOCH (0.13 rewrites the
+            # files' times with rewrite-timestamp=true); the classic builder would only warn about it
+            buildargs = {**ctx.buildargs, "SOURCE_DATE_EPOCH": str(ctx.epoch)}
+            return _buildkit_build(ctx.directory, prof, buildargs, opts, log, say)
+        import docker
+
+        try:
+            return _sdk_build(cli, ctx.directory, prof, buildargs=ctx.buildargs, opts=opts, log=log, say=say)
+        except docker.errors.APIError as exc:
+            log.line(str(exc))
+            raise _build_error(prof, str(exc.explanation or exc), log) from exc
+    finally:
+        log.close()
 
 
 def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> BuildResult:
@@ -302,22 +324,13 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     work = project.work_dir(prof.name)
     log = BuildLog(work / "build.log")
     say("phase", "build", f"{opts.builder} builder")
-    try:
-        if opts.builder == "buildkit":
-            # BuildKit >= 0.11 stamps layer and history times with SOURCE_DATE_EPOCH (0.13 rewrites the
-            # files' times with rewrite-timestamp=true); the classic builder would only warn about it
-            buildargs = {**ctx.buildargs, "SOURCE_DATE_EPOCH": str(ctx.epoch)}
-            built = _buildkit_build(ctx.directory, prof, buildargs, opts, log, say)
-        else:
-            import docker
-
-            try:
-                built = _sdk_build(cli, ctx.directory, prof, buildargs=ctx.buildargs, opts=opts, log=log, say=say)
-            except docker.errors.APIError as exc:
-                log.line(str(exc))
-                raise _build_error(prof, str(exc.explanation or exc), log) from exc
-    finally:
-        log.close()
+    # The context's pending check runs beside the builder (which works in other processes); it is
+    # waited for, and must pass, before the smoke test and any tag
+    with ThreadPoolExecutor(max_workers=1) as checks:
+        checked = checks.submit(ctx.pending) if ctx.pending is not None else None
+        built = _run_builder(cli, ctx, prof, opts, log, say)
+    if checked is not None:
+        checked.result()
     timings["build"] = time.monotonic() - t0
     report = None
     if opts.smoke:

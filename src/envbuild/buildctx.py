@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ from urllib.parse import unquote, urlparse
 
 from envbuild import __version__, compat, freshness, layering, proc, sbomdoc, wheelcache
 from envbuild import plan as plan_mod
-from envbuild.errors import UsageError
+from envbuild.errors import BuildError, UsageError
 from envbuild.freshness import LockSnapshot
 from envbuild.fsutil import atomic_write_many
 from envbuild.names import (
@@ -87,6 +90,9 @@ class Context:
     labels: dict[str, str]
     wheels: tuple[str, ...]
     epoch: int = 0  # SOURCE_DATE_EPOCH of this build (the lockfile's commit time unless set)
+    # What is still to be checked of the context (the SBOM's validation, seconds): it may run while
+    # the image builds, and must pass before anything is tagged or handed over
+    pending: Callable[[], None] | None = None
 
     @property
     def dockerfile(self) -> Path:
@@ -202,6 +208,33 @@ def git_revision(project: Project) -> str:
     return (proc.run_ok(["git", "rev-parse", "HEAD"], cwd=project.root, timeout=10) or "").strip() or "unknown"
 
 
+def _check_sbom(text: str, marker: Path) -> None:
+    """The library's validator on the document the image carries; its key is kept once it passed, so
+    the next build of the same document under the same library does not run it again."""
+    _validate_sbom(text)
+    atomic_write_many({marker: sbomdoc.validation_key(text)})
+
+
+_VALIDATE = """
+import sys
+from envbuild.sbomdoc import validate_document
+try:
+    validate_document(sys.stdin.read())
+except ValueError as exc:
+    sys.exit(" ".join(str(exc).split()))
+"""
+
+
+def _validate_sbom(text: str) -> None:
+    """sbomdoc.validate_document in a process of its own: it is 2 s of pure Python, and in this one it
+    would hold the GIL that docker-py needs to tar and send the context beside it."""
+    argv = [sys.executable, "-c", _VALIDATE]
+    done = proc.run(argv, error=BuildError, timeout=300, what="the SBOM validator", stdin=text)
+    if done.returncode != 0:
+        # a document envbuild made that its library refuses: a bug, and never shipped
+        raise ValueError(done.stderr.strip() or f"the SBOM validator failed (exit {done.returncode})")
+
+
 def _read_or_empty(path: Path) -> str:
     try:
         return path.read_text("utf-8")
@@ -258,6 +291,7 @@ def prepare(
     epoch = source_date_epoch(project, lock.path)
     labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
     sbom_text = ""
+    pending: Callable[[], None] | None = None
     validated_marker = project.work_dir(prof.name) / "sbom.validated"
     if prof.flavor == "venv":
         # what the image holds, from the lockfiles it is built from: the smoke test's integrity check
@@ -266,8 +300,9 @@ def prepare(
         distributions = {p.name: p.version for p in lock.pins.values()}
         os_packages = lock.apt.packages("runtime") if lock.apt else None
         debs = lock.apt.installed if lock.apt else {}
-        passed = _read_or_empty(validated_marker)
-        sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when, validated=passed)
+        sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when, check=False)
+        if sbomdoc.validation_key(sbom_text) != _read_or_empty(validated_marker):
+            pending = functools.partial(_check_sbom, sbom_text, validated_marker)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
     tool, uv_binary = layering.installer(built, platform)
     outputs, groups = layering.render_for(built, lock.pins, lock.apt, labels, tool, lock.text)
@@ -279,12 +314,11 @@ def prepare(
     # Under the x86_64 name whatever the platform: the Dockerfile copies one lockfile.
     in_context = lock_names("x86_64", prof.flavor)[0]
     files: dict[Path, str] = {ctx / "Dockerfile": outputs["Dockerfile"], ctx / in_context: lock.text}
-    files.update({ctx / name: text for name, text in layering.group_files(lock, groups).items()})
+    files.update({ctx / name: text for name, text in layering.group_files(lock.text, groups).items()})
     files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     if prof.flavor == "venv":
         files[ctx / SMOKE_DIR / SBOM_NAME] = sbom_text
-        files[validated_marker] = sbomdoc.validation_key(sbom_text)
     if ca_text is not None:
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text
     if lock.apt is not None:
@@ -313,4 +347,4 @@ def prepare(
     for path in sorted(ctx.rglob("*")):
         if not path.is_symlink() and path.suffix != ".whl" and path.parent.name != "tools":
             os.utime(path, (epoch, epoch))
-    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch)
+    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch, pending)

@@ -61,6 +61,11 @@ def lock_dir(project: Project, name: str) -> Path:
     return project.lockfiles_dir / name
 
 
+def primary_lock(project: Project, plan: Plan) -> Path:
+    """The lockfile an image of the plan's first platform installs (requirements.lock or conda-lock.yml)."""
+    return lock_dir(project, plan.name) / lock_names(plan.platforms[0], plan.profile.flavor)[0]
+
+
 def _conda_pins(text: str) -> dict[str, Pin]:
     import yaml
 

@@ -17,11 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envbuild import build as build_mod
-from envbuild import engine, publish, validate
+from envbuild import engine, freshness, layering, publish, validate
+from envbuild import plan as plan_mod
 from envbuild.errors import ProfileError
 from envbuild.names import (
     LABEL_ACCELERATOR,
     LABEL_LAYER,
+    LABEL_LAYER_SHA,
     LABEL_LOCK_SHA,
     LABEL_PROFILE,
     LABEL_SMOKE_GPU,
@@ -152,13 +154,17 @@ def survey(
         and (not names or (s.get("Labels") or {}).get(LABEL_PROFILE) in names)
     ]
 
-    def compare(prof: Profile, labels: dict[str, str]) -> list[str]:
-        wanted = facts[prof.name]
-        if labels.get(LABEL_STAGE) == "builder":  # it carries only the lockfile's hash
-            wanted = [f for f in wanted if f[1] == LOCK_LABEL]
-        return publish.mismatches(wanted, labels)
+    current = {
+        n: (next(v for _, label, v in f if label == LOCK_LABEL), _layer_digests(project, expected[n]))
+        for n, f in facts.items()
+    }
 
-    replaced = _superseded(ours, {n: v for n, f in facts.items() for _, label, v in f if label == LOCK_LABEL})
+    def compare(prof: Profile, labels: dict[str, str]) -> list[str]:
+        if labels.get(LABEL_STAGE) == "builder":
+            return _cache_mismatches(labels, *current[prof.name])
+        return publish.mismatches(facts[prof.name], labels)
+
+    replaced = _superseded(ours, current)
     rows = [
         classify(
             str(s["Id"]),
@@ -176,18 +182,41 @@ def survey(
     return cli, Survey(rows)
 
 
-def _superseded(summaries: list[dict[str, Any]], current_lock: dict[str, str]) -> frozenset[str]:
-    """Builder-stage images of a profile's current lockfile (`current_lock`: profile -> its sha256)
-    but the newest: a `--no-cache` build or a new base leaves the one before unused, and only the
-    newest is what the next build starts from."""
+def _layer_digests(project: Project, prof: Profile | ProfileError) -> dict[str, str]:
+    """{layer: sha256 of its part of the local lockfile}, what a current layer stage's cache image
+    carries; empty when there is no readable lockfile (no layer cache is then current)."""
+    if not isinstance(prof, Profile):
+        return {}
+    plan = plan_mod.make(project, prof, strict=False)
+    try:
+        return layering.layer_digests(plan, freshness.primary_lock(project, plan).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError):
+        return {}
+
+
+def _cache_mismatches(labels: dict[str, str], lock_sha: str, layers: dict[str, str]) -> list[str]:
+    """Why a builder-stage image is not a cache of today's lockfile: a layer stage's image is told by
+    its layer's part of the lockfile (the same torch layer serves many lockfiles), any other by the
+    lockfile's sha256."""
+    if LABEL_LAYER_SHA in labels:
+        layer = labels.get(LABEL_LAYER, "")
+        wanted = layers.get(layer, "(no such layer)")
+        return publish.mismatches([(f"{LABEL_LAYER_SHA} of layer {layer}", LABEL_LAYER_SHA, wanted)], labels)
+    return publish.mismatches([(LOCK_LABEL, LOCK_LABEL, lock_sha)], labels)
+
+
+def _superseded(summaries: list[dict[str, Any]], current: dict[str, tuple[str, dict[str, str]]]) -> frozenset[str]:
+    """Builder-stage images of a profile's current lockfile (`current`: profile -> its sha256 and
+    its layers' digests) but the newest: a `--no-cache` build or a new base leaves the one before
+    unused, and only the newest is what the next build starts from."""
     newest: set[tuple[str, str]] = set()
     out = set()
     for s in sorted(summaries, key=lambda s: int(s.get("Created") or 0), reverse=True):
         labels = s.get("Labels") or {}
         profile = labels.get(LABEL_PROFILE, "")
-        if labels.get(LABEL_STAGE) != "builder" or profile not in current_lock:
+        if labels.get(LABEL_STAGE) != "builder" or profile not in current:
             continue
-        if labels.get(LOCK_LABEL) != current_lock[profile]:
+        if _cache_mismatches(labels, *current[profile]):
             continue
         stage = (profile, labels.get(LABEL_LAYER, ""))  # one cache image per layer's stage is current
         if stage in newest:

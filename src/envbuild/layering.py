@@ -5,6 +5,7 @@ into the context by buildctx; the golden files render through here too.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform as host
 from pathlib import Path
@@ -69,11 +70,24 @@ def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[
     return {**{g: names for g, names in groups.items() if names}, "rest": rest}
 
 
-def group_files(lock: LockSnapshot, groups: dict[str, tuple[str, ...]]) -> dict[str, str]:
+def group_files(lock_text: str, groups: dict[str, tuple[str, ...]]) -> dict[str, str]:
     """requirements.<group>.lock for each layer: the lockfile's own blocks (hashes and all), split."""
-    blocks = lockfile.blocks(lock.text)
+    blocks = lockfile.blocks(lock_text)
     head = "# A part of requirements.lock (envbuild build splits it by image layer); do not edit.\n"
     return {f"requirements.{g}.lock": head + "".join(blocks[n] for n in names) for g, names in groups.items()}
+
+
+def layer_digests(plan: Plan, lock_text: str) -> dict[str, str]:
+    """{layer: sha256 of its requirements.<layer>.lock}: what each layer stage's cache image is
+    labelled with, and what `envbuild images` tells the current ones by. Empty for conda."""
+    if plan.profile.flavor != "venv":
+        return {}
+    return _digests(lock_text, layer_groups(plan, lockfile.parse_requirements(lock_text), lock_text))
+
+
+def _digests(lock_text: str, groups: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    files = group_files(lock_text, groups)
+    return {g: hashlib.sha256(files[f"requirements.{g}.lock"].encode()).hexdigest() for g in groups}
 
 
 def render_for(
@@ -88,7 +102,11 @@ def render_for(
     OS packages pinned by apt.lock; and the layer groups it split by."""
     groups = layer_groups(plan, pins, lock_text) if plan.profile.flavor == "venv" else {}
     extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME}
-    return render.render(plan, labels=labels, apt=apt_context(apt), layers=groups, extra=extra), groups
+    digests = _digests(lock_text, groups)
+    outputs = render.render(
+        plan, labels=labels, apt=apt_context(apt), layers=groups, layer_digests=digests, extra=extra
+    )
+    return outputs, groups
 
 
 def dockerfile_from(plan: Plan, folder: Path) -> str | None:

@@ -39,6 +39,10 @@ LABEL_VERSION = f"{LABEL_NS}.version"
 LABEL_PROFILE = f"{LABEL_NS}.profile"
 LABEL_IMAGE_DIGEST = f"{LABEL_NS}.image-digest"
 LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
+# A layer stage's cache image: the sha256 of the lockfile's part it installs (requirements.G.lock).
+# Not the lockfile's: a re-lock that leaves a layer alone must leave its stage's image ID alone, or
+# the runtime's COPY --from hashes that layer's files again (2 s for torch's 1.1 GB, minutes for CUDA).
+LABEL_LAYER_SHA = f"{LABEL_NS}.layer-sha256"
 # Every file of an image's environment gets this time (1980-01-01, the oldest a zip archive can
 # hold): a layer's bytes then depend on what is in it, not on when it was built.
 FIXED_MTIME = 315532800

@@ -24,7 +24,6 @@ from envbuild.names import (
     LABEL_SMOKE,
     Events,
     immutable_tag,
-    lock_names,
     moving_tag,
     quiet,
 )
@@ -269,7 +268,7 @@ def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
     """(what, label, local value) that an image built from this checkout carries: the lockfile's
     identity and the digest of everything else that reaches the image (plan.Plan.image_digest)."""
     plan = plan_mod.make(project, prof, strict=False)
-    lock_path = freshness.lock_dir(project, prof.name) / lock_names(plan.platforms[0], prof.flavor)[0]
+    lock_path = freshness.primary_lock(project, plan)
     try:
         local_lock = lock_sha256(lock_path.read_text("utf-8"))
     except (OSError, UnicodeDecodeError):

@@ -19,6 +19,7 @@ from envbuild.names import (
     FIXED_MTIME,
     IMAGE_UID,
     LABEL_LAYER,
+    LABEL_LAYER_SHA,
     LABEL_LOCK_SHA,
     LABEL_PROFILE,
     LABEL_SOURCE,
@@ -90,6 +91,7 @@ def context(
     labels: dict[str, str] | None = None,
     apt: dict[str, Any] | None = None,
     layers: dict[str, tuple[str, ...]] | None = None,
+    layer_digests: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the templates see: the plan's facts under the names the templates use. `apt` is what the
@@ -130,6 +132,19 @@ def context(
         )
         if labels
         else [],
+        # A layer stage's: its own part of the lockfile, not the whole (see LABEL_LAYER_SHA)
+        "layer_builder_labels": {
+            group: sorted(
+                [
+                    (LABEL_STAGE, "builder"),
+                    (LABEL_LAYER_SHA, digest),
+                    *((k, v) for k, v in labels.items() if k in _BUILDER_LABEL_KEYS - {LABEL_LOCK_SHA}),
+                ]
+            )
+            for group, digest in (layer_digests or {}).items()
+        }
+        if labels
+        else {},
     }
 
 
@@ -162,12 +177,13 @@ def render(
     labels: dict[str, str] | None = None,
     apt: dict[str, Any] | None = None,
     layers: dict[str, tuple[str, ...]] | None = None,
+    layer_digests: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """Render every output of a plan: {file name: text}. Same inputs, same bytes."""
     jinja2 = _env()
     env = make_environment(plan.templates_dir)
-    ctx = context(plan, labels=labels, apt=apt, layers=layers, extra=extra)
+    ctx = context(plan, labels=labels, apt=apt, layers=layers, layer_digests=layer_digests, extra=extra)
     out: dict[str, str] = {}
     for template_name in TEMPLATE_NAMES[plan.profile.flavor]:
         try:

@@ -106,7 +106,7 @@ def test_a_build_cache_of_an_older_lockfile_or_replaced_by_a_newer_build_can_go(
 
 
 def test_only_the_newest_build_cache_of_the_current_lockfile_is_the_one_a_build_starts_from() -> None:
-    current_lock = {"cu121-py311": "a" * 64}
+    current_lock: dict[str, tuple[str, dict[str, str]]] = {"cu121-py311": ("a" * 64, {})}
 
     def summary(image_id: str, created: int, lock: str, stage: str = "builder") -> dict[str, Any]:
         labels = {"io.envbuild.profile": "cu121-py311", "io.envbuild.lock-sha256": lock}
@@ -133,7 +133,7 @@ def test_each_layer_stage_keeps_its_newest_build_cache() -> None:
     def summary(image_id: str, created: int, layer: str) -> dict[str, Any]:
         labels = {
             "io.envbuild.profile": "cpu-py311",
-            "io.envbuild.lock-sha256": "a" * 64,
+            "io.envbuild.layer-sha256": layer[0] * 64,
             "io.envbuild.stage": "builder",
             "io.envbuild.layer": layer,
         }
@@ -141,9 +141,29 @@ def test_each_layer_stage_keeps_its_newest_build_cache() -> None:
 
     found = images._superseded(
         [summary("torch-old", 100, "torch"), summary("torch-new", 200, "torch"), summary("rest", 300, "rest")],
-        {"cpu-py311": "a" * 64},
+        {"cpu-py311": ("a" * 64, {"torch": "t" * 64, "rest": "r" * 64})},
     )
     assert found == frozenset({"torch-old"})
+
+
+def test_a_layer_stages_cache_is_current_while_its_part_of_the_lockfile_is() -> None:
+    """A re-lock of small packages changes the lockfile, not the torch layer's part of it: the torch
+    stage's cache image (the layer's 1-6 GB) stays the one the next build starts from; the rest
+    stage's is another lockfile's once its part changed. Older images, labelled with the whole
+    lockfile's sha256, are still told by it."""
+    layers = {"torch": "t" * 64, "rest": "r" * 64}
+
+    def labels(layer: str, sha: str) -> dict[str, str]:
+        return {"io.envbuild.stage": "builder", "io.envbuild.layer": layer, "io.envbuild.layer-sha256": sha}
+
+    assert images._cache_mismatches(labels("torch", "t" * 64), "b" * 64, layers) == []
+    (why,) = images._cache_mismatches(labels("rest", "o" * 64), "b" * 64, layers)
+    assert why.startswith("io.envbuild.layer-sha256 of layer rest: image has oooo")
+    (gone,) = images._cache_mismatches(labels("torch-extras", "x" * 64), "b" * 64, layers)
+    assert gone.endswith("local has (no such layer)")  # the lock no longer has torchvision
+    older = {"io.envbuild.stage": "builder", "io.envbuild.lock-sha256": "a" * 64}
+    assert images._cache_mismatches(older, "a" * 64, layers) == []
+    assert images._cache_mismatches(older, "b" * 64, layers)
 
 
 def test_untagged_leftovers_and_images_of_deleted_profiles_can_go() -> None:

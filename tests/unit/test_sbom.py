@@ -85,31 +85,50 @@ def test_a_rebuild_checks_its_sbom_only_when_the_document_or_the_library_changed
     cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The validator takes seconds (its IRI checks parse every URL): a document that passed before,
-    byte for byte under the same library version, is not checked again; anything else is."""
+    byte for byte under the same library version, is not checked again; anything else is, and only
+    a document that passed leaves its key."""
+    from envbuild import buildctx
+
     checked: list[str] = []
-    real = sbomdoc.validate_document
+    real = buildctx._validate_sbom
 
     def counted(text: str) -> None:
         checked.append(text)
         real(text)
 
-    monkeypatch.setattr(sbomdoc, "validate_document", counted)
+    monkeypatch.setattr(buildctx, "_validate_sbom", counted)
 
-    def context() -> None:
-        res = cli("build", "cpu-py311", "--context-only", "--json")
-        assert res.code == 0, res.err
+    def context() -> Result:
+        return cli("build", "cpu-py311", "--context-only", "--json")
 
-    context()
+    assert context().code == 0
     assert len(checked) == 1
-    context()
+    assert context().code == 0
     assert len(checked) == 1  # the same bytes under the same library: passed before
     marker = engineless_project / ".envbuild" / "cpu-py311" / "sbom.validated"
     marker.write_text(marker.read_text().replace("cyclonedx-python-lib ", "cyclonedx-python-lib 0.0.1-"))
-    context()
+    assert context().code == 0
     assert len(checked) == 2  # another library version: checked again
-    # another document (another lock): checked, whatever the last build's key says
-    key = marker.read_text()
-    other = sbomdoc.document("x", {"einops": "0.8.0"}, None, {}, {}, validated=key)
-    assert checked[-1] == other and len(checked) == 3
-    sbomdoc.document("x", {"einops": "0.8.0"}, None, {}, {}, validated=sbomdoc.validation_key(other))
-    assert len(checked) == 4  # no `when`: a fresh serial and time each call, so new bytes each time
+    assert marker.read_text() == sbomdoc.validation_key(checked[-1])
+    # a document the validator refuses: no context is handed over, and no key says it passed
+    marker.unlink()
+
+    def refuse(text: str) -> None:
+        checked.append(text)
+        raise ValueError("the generated CycloneDX document does not validate: (test)")
+
+    monkeypatch.setattr(buildctx, "_validate_sbom", refuse)
+    refused = context()
+    assert refused.code != 0 and "does not validate" in refused.err
+    assert len(checked) == 3 and not marker.exists()
+
+
+def test_the_sbom_check_runs_the_librarys_validator_in_a_process_of_its_own() -> None:
+    """Out of envbuild's process (it would hold the GIL docker-py needs beside it), but the same
+    verdicts: a good document passes, a broken one is refused with the validator's reason."""
+    from envbuild import buildctx
+
+    good = sbomdoc.document("x", {"einops": "0.8.0"}, None, {}, {}, check=False)
+    buildctx._validate_sbom(good)
+    with pytest.raises(ValueError, match="does not validate"):
+        buildctx._validate_sbom(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": "x"}))
