@@ -220,6 +220,12 @@ def _naive_image(proj: Path, buildkit: bool = False) -> tuple[float, int]:
     return t, _image_size("envbuild-bench/naive:cpu-py311")
 
 
+def _dpkg_bytes(image: str) -> int:
+    """What dpkg says the image's packages take installed (Installed-Size, KiB each)."""
+    out = sh(["docker", "run", "--rm", image, "dpkg-query", "-W", "-f", "${Installed-Size}\\n"]).stdout
+    return sum(int(n) for n in out.split() if n.isdigit()) * 1024
+
+
 def bench_build(runs: int) -> str:
     proj = project_copy(["cpu-py311"])
     relock_apt(proj, "cpu-py311")
@@ -244,7 +250,10 @@ def bench_build(runs: int) -> str:
     size = _image_size(image)
     base_size = _image_size(BASE)
     venv_bytes = int(sh(["docker", "run", "--rm", image, "du", "-sb", "/opt/venv"]).stdout.split()[0])
-    floor = base_size + venv_bytes
+    # The OS packages the image needs beyond its base (Python's runtime, the toolchain torch.compile
+    # uses): dpkg's Installed-Size of every package the base does not have
+    os_bytes = _dpkg_bytes(image) - _dpkg_bytes(BASE)
+    floor = base_size + os_bytes + venv_bytes
     naive_t, naive_size = _naive_image(proj)
     # Each `env` change left the image before it untagged (~1.1 GB apiece): envbuild's own prune
     # takes them, the last build stays.
@@ -266,7 +275,8 @@ def bench_build(runs: int) -> str:
         "|---|---|---|",
         f"| envbuild cpu-py311 | {size / gb:.2f} GB | 1.00x |",
         f"| naive single-stage (same packages, pip) | {naive_size / gb:.2f} GB | envbuild is {size / naive_size:.3f}x of it (goal <= 0.8x) |",
-        f"| floor: base image + /opt/venv | {floor / gb:.2f} GB ({base_size / gb:.2f} + {venv_bytes / gb:.2f}) | envbuild is {size / floor:.3f}x of it (goal <= 1.1x) |",
+        f"| floor: base image + the OS packages it adds + /opt/venv | {floor / gb:.2f} GB ({base_size / gb:.2f} + "
+        f"{os_bytes / gb:.2f} + {venv_bytes / gb:.2f}) | envbuild is {size / floor:.3f}x of it (goal <= 1.1x) |",
         "",
         "Sizes are the engine's uncompressed image sizes. The naive image carries the copied wheel "
         "(its own layer) and pip's cache; envbuild's runtime stage carries neither, nor the CA bundle, "
