@@ -292,7 +292,6 @@ def prepare(
     labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
     sbom_text = ""
     pending: Callable[[], None] | None = None
-    validated_marker = project.work_dir(prof.name) / "sbom.validated"
     if prof.flavor == "venv":
         # what the image holds, from the lockfiles it is built from: the smoke test's integrity check
         # and the manifest then vouch that the environment is exactly this
@@ -301,8 +300,9 @@ def prepare(
         os_packages = lock.apt.packages("runtime") if lock.apt else None
         debs = lock.apt.installed if lock.apt else {}
         sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when, check=False)
-        if sbomdoc.validation_key(sbom_text) != _read_or_empty(validated_marker):
-            pending = functools.partial(_check_sbom, sbom_text, validated_marker)
+        marker = project.work_dir(prof.name) / "sbom.validated"
+        if sbomdoc.validation_key(sbom_text) != _read_or_empty(marker):
+            pending = functools.partial(_check_sbom, sbom_text, marker)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
     tool, uv_binary = layering.installer(built, platform)
     outputs, groups = layering.render_for(built, lock.pins, lock.apt, labels, tool, lock.text)

@@ -102,7 +102,7 @@ def render_for(
     OS packages pinned by apt.lock; and the layer groups it split by."""
     groups = layer_groups(plan, pins, lock_text) if plan.profile.flavor == "venv" else {}
     extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME}
-    digests = _digests(lock_text, groups)
+    digests = _digests(lock_text, groups) if labels else {}  # they go only into the labels
     outputs = render.render(
         plan, labels=labels, apt=apt_context(apt), layers=groups, layer_digests=digests, extra=extra
     )
