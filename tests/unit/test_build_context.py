@@ -112,3 +112,34 @@ def test_a_remote_with_a_ci_token_in_it_is_labelled_without_the_token(
     stages = dockerfile.count('io.envbuild.layer="')
     assert stages >= 2
     assert dockerfile.count('org.opencontainers.image.source="https://gitlab.example.com/ml/envs.git"') == stages + 1
+
+
+def test_a_relock_of_a_small_package_leaves_the_torch_stages_label_as_it_was(engineless_project: Path) -> None:
+    """The label that closes a layer stage carries that layer's own part of the lockfile: when only
+    einops moves, the torch stage's label (and so its image ID and the runtime's cached COPY --from
+    it) stays; the rest stage's changes."""
+    import re
+
+    from envbuild import layering
+    from envbuild import plan as plan_mod
+    from envbuild.validate import load_named
+
+    project = open_project(str(engineless_project))
+    plan = plan_mod.make(project, load_named(project, "cpu-py311"))
+    before = (engineless_project / "lockfiles" / "cpu-py311" / "requirements.lock").read_text()
+    after = before.replace("einops==0.8.1", "einops==0.8.0")
+    assert after != before
+    old, new = layering.layer_digests(plan, before), layering.layer_digests(plan, after)
+    assert old["torch"] == new["torch"] and old["numpy"] == new["numpy"] and old["rest"] != new["rest"]
+
+    def stage_labels(text: str) -> dict[str, str]:
+        labels = {"io.envbuild.profile": "cpu-py311", "io.envbuild.lock-sha256": lockfile.lock_sha256(text)}
+        dockerfile = layering.render_for(plan, lockfile.parse_requirements(text), None, labels, "uv", text)[0]
+        stages = re.split(r"\nFROM ", dockerfile["Dockerfile"])
+        return {s.split()[2]: s[s.rindex("LABEL ") :] for s in stages if s.startswith("venv-base AS ")}
+
+    first, second = stage_labels(before), stage_labels(after)
+    assert f'io.envbuild.layer-sha256="{old["torch"]}"' in first["layer-torch"]
+    assert "lock-sha256" not in first["layer-torch"]
+    assert first["layer-torch"] == second["layer-torch"] and first["layer-numpy"] == second["layer-numpy"]
+    assert first["builder"] != second["builder"]
