@@ -141,6 +141,7 @@ def test_an_image_built_from_an_envbuild_image_adds_a_package(
             assert exact.wait()["StatusCode"] == 1
             failed = json.loads(exact.logs(stdout=True, stderr=False).decode())
             assert "not in the lockfile: hello-envbuild" in _check(failed, "versions")["reason"]
+            assert "--lock-match pins" in _check(failed, "versions")["remedy"]  # says how to check such an image
         finally:
             exact.remove(force=True)
     finally:

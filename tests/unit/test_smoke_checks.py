@@ -266,6 +266,47 @@ def test_the_integrity_check_names_changed_added_and_removed_files(tmp_path: Pat
         integrity.check_integrity(ctx, Result("integrity"))
 
 
+def test_a_derived_image_s_added_distribution_fails_exact_with_the_pins_hint_and_passes_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FROM an envbuild image + pip install: `exact` fails and says how to check such an image;
+    `pins` lists the distribution instead. A file slipped into a locked distribution fails both,
+    without that hint: it is not what a derived image looks like."""
+    from envbuild.smoke.inside import integrity
+
+    venv, folder = _image_like(tmp_path)
+    added = venv / "lib" / "site-packages" / "requests.py"
+    added.write_text("")
+    owners = {"lib/site-packages/requests.py": "requests", "lib/site-packages/numpy/__init__.py": "numpy"}
+    monkeypatch.setattr(integrity, "_owners", lambda root: owners)
+    expect = {"profile": "cpu-py311", "packages": {"numpy": "2.1.3"}}
+    with pytest.raises(CheckFailed) as failed:
+        integrity.check_integrity(_ctx(expect, expect_path=str(folder / "expect.json")), Result("integrity"))
+    assert "requests: 1 file(s) added" in failed.value.reason
+    assert "--lock-match pins" in failed.value.remedy and "envbuild lock cpu-py311" in failed.value.remedy
+    r = Result("integrity")
+    pins = Context(expect=expect, gpus="none", timeout=60, lock_match="pins", expect_path=str(folder / "expect.json"))
+    integrity.check_integrity(pins, r)
+    assert r.facts["added_distributions"] == ["requests"]
+
+    (venv / "lib" / "site-packages" / "numpy" / "extra.py").write_text("")
+    owners["lib/site-packages/numpy/extra.py"] = "numpy"
+    for ctx in (_ctx(expect, expect_path=str(folder / "expect.json")), pins):
+        with pytest.raises(CheckFailed) as failed:
+            integrity.check_integrity(ctx, Result("integrity"))
+        assert "numpy: 1 file(s) added" in failed.value.reason
+        assert "--lock-match" not in failed.value.remedy and "do not pip install" in failed.value.remedy
+
+
+def test_the_pins_hint_is_for_an_image_checked_exactly_and_never_for_a_local_run() -> None:
+    expect = {"profile": "cpu-py311"}
+    assert "--lock-match pins" in _ctx(expect).environment_remedy(only_added=True)
+    assert "--lock-match" not in _ctx(expect).environment_remedy()
+    assert "--lock-match" not in _ctx(expect, local=True).environment_remedy(only_added=True)
+    pins = Context(expect=expect, gpus="none", timeout=60, lock_match="pins")
+    assert "--lock-match" not in pins.environment_remedy(only_added=True)
+
+
 def test_the_integrity_check_skips_where_no_build_manifest_is(tmp_path: Path) -> None:
     from envbuild.smoke.inside import integrity
 

@@ -176,7 +176,11 @@ def smoke(
     ] = None,
     ipc_host: Annotated[bool, typer.Option("--ipc-host", help="Share the host's IPC namespace instead.")] = False,
     lock_match: Annotated[
-        str | None, typer.Option(help="--local: exact, pins (default) or none.", show_default=False)
+        str | None,
+        typer.Option(
+            help="exact (an image's default), pins (--local's default; for a derived image) or none.",
+            show_default=False,
+        ),
     ] = None,
     min_peak: Annotated[
         float | None,

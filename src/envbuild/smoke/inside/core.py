@@ -47,9 +47,17 @@ class Context:
     torch: Any = None
     devices: int = 0
 
-    def environment_remedy(self, *, or_change_profile: bool = False) -> str:
-        """How to get an environment that matches the profile, where this run is (image or host)."""
+    def environment_remedy(self, *, or_change_profile: bool = False, only_added: bool = False) -> str:
+        """How to get an environment that matches the profile, where this run is (image or host).
+        `only_added`: every difference is a distribution the lockfile lacks, which is what an image
+        built FROM an envbuild image with more packages looks like: say how to check that one."""
         name = self.expect.get("profile") or "NAME"
+        if only_added and not self.local and self.lock_match == "exact":
+            return (
+                "an image built FROM an envbuild image with packages added: check it with --lock-match pins "
+                "(envbuild smoke IMAGE --lock-match pins, or envbuild-smoke --lock-match pins inside it), which "
+                f"lists them; otherwise rebuild from a fresh lockfile (envbuild lock {name} && envbuild build {name})"
+            )
         if self.local:
             return (
                 f"make the environment from the lockfile (envbuild venv {name} DIR) and pass --python DIR/bin/python"

@@ -91,7 +91,8 @@ def check_integrity(ctx: Context, r: Result) -> None:
     if added_by:
         problems.append(_say("added", added_by))
     if problems:
+        only_added = not (changed or removed) and all(d not in locked and d != "(no distribution)" for d in added_by)
         raise CheckFailed(
             "the environment differs from the image's build manifest: " + "; ".join(problems),
-            ctx.environment_remedy(),
+            ctx.environment_remedy(only_added=only_added),
         )

@@ -71,7 +71,8 @@ def check_versions(ctx: Context, r: Result) -> None:
         elif extra:
             r.facts["not_in_lockfile"] = extra
     if problems:
-        raise CheckFailed("; ".join(problems), ctx.environment_remedy(or_change_profile=True))
+        only_added = len(problems) == 1 and problems[0].startswith("not in the lockfile: ")
+        raise CheckFailed("; ".join(problems), ctx.environment_remedy(or_change_profile=True, only_added=only_added))
 
 
 def check_libs(ctx: Context, r: Result) -> None:
