@@ -211,13 +211,15 @@ class Plan:
 
     @property
     def compile_packages(self) -> tuple[str, ...]:
-        """OS packages torch.compile needs at run time: a C/C++ compiler for inductor (and Triton's
-        launcher on GPUs) and, for an OS Python, its headers. Empty when the profile opts out."""
+        """OS packages torch.compile and torch.utils.cpp_extension need at run time: a C/C++ compiler
+        for inductor (and Triton's launcher on GPUs), ninja, which `cpp_extension.load` and
+        `load_inline` build a user's C++ extension with (torch refuses to without it), and, for an
+        OS Python, its headers. Empty when the profile opts out."""
         if not self.profile.compile:
             return ()
         if self.profile.flavor == "conda":
-            return ("g++",)  # conda's Python carries its own headers
-        return ("g++", f"{self.python_bin}-dev")
+            return ("g++", "ninja-build")  # conda's Python carries its own headers
+        return ("g++", "ninja-build", f"{self.python_bin}-dev")
 
     @property
     def apt_stages(self) -> dict[str, tuple[str, ...]]:

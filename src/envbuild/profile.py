@@ -257,7 +257,8 @@ class Profile(BaseModel):
         default=False,
     )
     compile: bool = _doc(
-        "Carry what torch.compile needs (a C/C++ compiler and the Python headers, ~150-200 MB); false for "
+        "Carry what torch.compile and C++ extensions need (a C/C++ compiler, ninja and the Python headers, "
+        "~150-200 MB); false for "
         "inference-only images, and the smoke test's compile check is then skipped.",
         default=True,
     )

@@ -54,6 +54,20 @@ def test_torch_compile_runs_in_the_image(docker_client: Any, built_cpu: dict[str
     assert "compiled (4, 8)" in _run(docker_client, built_cpu["image_id"], "python", "-c", code)
 
 
+def test_a_users_cpp_extension_builds_and_runs_in_the_image(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    """torch.utils.cpp_extension.load_inline, as the image's user: g++, the Python headers, torch's
+    own headers and ninja (torch refuses to build without it: `Ninja is required to load C++
+    extensions`, which an image with g++ alone answered)."""
+    code = (
+        "import torch; from torch.utils.cpp_extension import load_inline; "
+        "m = load_inline(name='add_one', cpp_sources=['torch::Tensor add_one(torch::Tensor x) { return x + 1; }'], "
+        "functions=['add_one']); print('extension', m.add_one(torch.zeros(3)).tolist())"
+    )
+    assert "extension [1.0, 1.0, 1.0]" in _run(docker_client, built_cpu["image_id"], "python", "-c", code)
+    compiled = _check(built_cpu["smoke"], "compile")
+    assert compiled["facts"]["toolchain"]["ninja"] == "/usr/bin/ninja"
+
+
 def test_a_failing_project_check_fails_the_smoke_test_and_is_named(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:

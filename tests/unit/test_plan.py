@@ -266,8 +266,8 @@ def test_the_build_context_carries_apt_lock_and_pins_every_package(
 @pytest.mark.parametrize(
     ("extra", "stages"),
     [
-        ({}, {"runtime": ("g++",)}),
-        ({"apt": ["less", "curl"]}, {"runtime": ("g++", "curl", "less")}),
+        ({}, {"runtime": ("g++", "ninja-build")}),
+        ({"apt": ["less", "curl"]}, {"runtime": ("g++", "ninja-build", "curl", "less")}),
         ({"compile": False}, {}),
     ],
 )

@@ -32,6 +32,7 @@ TOOLS = {
     "cxx": "/usr/bin/g++",
     "cc": "/usr/bin/gcc",
     "python_headers": True,
+    "ninja": "/usr/bin/ninja",
     "tmp_writable": True,
     "inductor_cache": "/tmp/torchinductor_x",
     "inductor_cache_writable": True,
@@ -44,6 +45,7 @@ TOOLS = {
     ("missing", "gpu", "problem", "fix"),
     [
         ({"cxx": None}, False, "no C++ compiler (g++)", "compile: true installs g++"),
+        ({"ninja": None}, False, "no ninja: torch.utils.cpp_extension", "compile: true installs ninja-build"),
         ({"python_headers": False}, False, "no Python headers (Python.h)", "-dev in the image"),
         ({"tmp_writable": False}, False, "is not writable", "--tmpfs /tmp"),
         ({"inductor_cache_writable": False}, False, "inductor cache", "TORCHINDUCTOR_CACHE_DIR"),
@@ -60,6 +62,8 @@ def test_each_missing_piece_of_the_toolchain_is_named_with_its_fix(
 def test_a_complete_toolchain_is_no_problem_and_the_triton_cache_only_matters_on_gpus() -> None:
     assert compiled._toolchain_problem(TOOLS, gpu=True) is None
     assert compiled._toolchain_problem({**TOOLS, "triton_cache_writable": False}, gpu=False) is None
+    # an interpreter on the host is checked for torch.compile, which does not use ninja
+    assert compiled._toolchain_problem({**TOOLS, "ninja": None}, gpu=False, image=False) is None
 
 
 @pytest.mark.parametrize(
@@ -145,7 +149,7 @@ def test_the_image_expectations_carry_the_compile_choice_and_the_checks(enginele
     assert expect["checks"] == [{"file": "train_tiny.py", "path": "checks/train_tiny.py", "timeout": 600}]
     files = buildctx.smoke_files(plan)
     assert files["checks/train_tiny.py"] == (engineless_project / "checks" / "train_tiny.py").read_text()
-    assert plan.compile_packages == ("g++", "python3.11-dev")
+    assert plan.compile_packages == ("g++", "ninja-build", "python3.11-dev")
 
 
 def test_compile_false_leaves_the_toolchain_out_of_the_dockerfile(write_profile: Callable[..., Path]) -> None:
@@ -153,7 +157,7 @@ def test_compile_false_leaves_the_toolchain_out_of_the_dockerfile(write_profile:
 
     with_tools = render.render(plan_mod.for_profile(validate.load_valid(write_profile())))["Dockerfile"]
     without = render.render(plan_mod.for_profile(validate.load_valid(write_profile(compile=False))))["Dockerfile"]
-    assert "g++ python3.11-dev" in with_tools and "g++" not in without
+    assert "g++ ninja-build python3.11-dev" in with_tools and "g++" not in without and "ninja" not in without
 
 
 def test_a_check_that_is_not_there_is_a_validation_error(write_profile: Callable[..., Path]) -> None:

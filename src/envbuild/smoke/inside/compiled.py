@@ -50,6 +50,7 @@ def _toolchain() -> dict[str, Any]:
         "cxx": shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++"),
         "cc": shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc"),
         "python_headers": os.path.isfile(os.path.join(include, "Python.h")),
+        "ninja": shutil.which("ninja"),
         "tmp_writable": _writable(tempfile.gettempdir()),
         "inductor_cache": inductor_cache,
         "inductor_cache_writable": _writable(inductor_cache),
@@ -58,17 +59,25 @@ def _toolchain() -> dict[str, Any]:
     }
 
 
-def _toolchain_problem(tools: dict[str, Any], gpu: bool) -> tuple[str, str] | None:
+def _toolchain_problem(tools: dict[str, Any], gpu: bool, *, image: bool = True) -> tuple[str, str] | None:
+    """The first piece missing. `image`: ninja is part of what an image promises (compile: true);
+    an interpreter on the host is checked for torch.compile alone, which does not use it."""
     py = "{}.{}".format(*sys.version_info[:2])
     if not tools["cxx"]:
         return (
             "no C++ compiler (g++): inductor compiles its CPU kernels with one",
-            f"keep the profile's compile toolchain (compile: true installs g++ and python{py}-dev), or add g++ to apt",
+            f"keep the profile's compile toolchain (compile: true installs g++, ninja-build and python{py}-dev), "
+            "or add g++ to apt",
         )
     if not tools["python_headers"]:
         return (
             f"no Python headers (Python.h) for Python {py}",
             f"install python{py}-dev in the image (compile: true does)",
+        )
+    if image and not tools["ninja"]:
+        return (
+            "no ninja: torch.utils.cpp_extension (load, load_inline) refuses to build a C++ extension without it",
+            "keep the profile's compile toolchain (compile: true installs ninja-build), or add ninja-build to apt",
         )
     if not tools["tmp_writable"]:
         return (f"{tempfile.gettempdir()} is not writable", "mount a writable /tmp (e.g. --tmpfs /tmp)")
@@ -135,7 +144,7 @@ def check_compile(ctx: Context, r: Result) -> None:
     gpu = ctx.use_gpu and torch.cuda.is_available()
     tools = _toolchain()
     r.facts.update(toolchain=tools)
-    problem = _toolchain_problem(tools, gpu)
+    problem = _toolchain_problem(tools, gpu, image=not ctx.local)
     if problem:
         raise CheckFailed(*problem)
     devices = ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))] if gpu else ["cpu"]
