@@ -111,7 +111,8 @@ def context(
         "python_from": plan.base.python_from,
         "python": profile.python,
         "python_bin": plan.python_bin,
-        "apt": sorted(set(profile.apt)),
+        # what each Dockerfile stage asks apt for: the plan's one list, which apt.lock pins too
+        "apt_stages": plan.apt_stages,
         "env": sorted(profile.env.items()),
         "requirements": list(plan.requirements),
         "torch_family_names": list(plan.torch_family),
@@ -120,7 +121,6 @@ def context(
         "channels": profile.channels,
         "conda_packages": sorted(profile.conda_packages),
         "conda_specs": list(plan.conda_specs),
-        "compile_packages": list(plan.compile_packages),
         "pip_specs": list(plan.pip_specs),
         "uid": IMAGE_UID,
         "stage_label": LABEL_STAGE,
