@@ -70,8 +70,12 @@ def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents 
 
 
 def _wants_apt(plan: Plan, opts: LockOptions, found: freshness.Freshness) -> bool:
-    """Python lockfiles fresh, but no apt.lock yet: lock only the OS packages."""
-    return opts.apt and bool(plan.apt_stages) and any(s.apt is None for s in found.snapshots.values())
+    """Python lockfiles fresh, but no apt.lock yet, or one resolved on another base than this lock's
+    (`--base IMAGE`, or the profile's base changed): lock only the OS packages. Saying "up to date"
+    there left an apt.lock that every build on that base then refuses (its packages differ)."""
+    if not opts.apt or not plan.apt_stages:
+        return False
+    return any(s.apt is None or s.apt.base_image != plan.base.image for s in found.snapshots.values())
 
 
 def _lock_apt(

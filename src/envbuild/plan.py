@@ -229,9 +229,12 @@ class Plan:
         if self.profile.flavor == "conda":
             runtime = (*self.compile_packages, *sorted(set(self.profile.apt)))
             return {"runtime": runtime} if runtime else {}
+        # The runtime's ca-certificates: the public CAs, without which urllib (torch.hub,
+        # torchvision's dataset downloads) and curl cannot verify any HTTPS server. debian and
+        # ubuntu base images leave them out; conda's Python brings its own.
         return {
             "builder": (self.python_bin, f"{self.python_bin}-venv", "ca-certificates"),
-            "runtime": (self.python_bin, *self.compile_packages, *sorted(set(self.profile.apt))),
+            "runtime": (self.python_bin, "ca-certificates", *self.compile_packages, *sorted(set(self.profile.apt))),
         }
 
     @property

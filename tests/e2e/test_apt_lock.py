@@ -117,6 +117,12 @@ def test_a_base_with_other_packages_is_noticed_before_anything_is_installed(
         assert "envbuild lock cpu-py311 --base IMAGE" in res.stderr
         log = (proj / ".envbuild" / "cpu-py311" / "build.log").read_text()
         assert "+less " in log  # the difference itself, in the log
+        # the fix the error names does what it says: apt.lock is resolved again, on that base (the
+        # Python lockfiles are fresh: it used to answer "up to date" and change nothing)
+        relock = envbuild("lock", "cpu-py311", "--base", other, "--find-links", WHEELS, cwd=proj)
+        assert relock.returncode == 0 and f"OS packages on {other}" in relock.stderr, relock.stderr[-3000:]
+        relocked = aptfile.parse((proj / "lockfiles" / "cpu-py311" / "apt.lock").read_text())
+        assert relocked.base_image == other and any(d.name == "less" for d in relocked.base)
     finally:
         docker_client.images.remove(other, force=True)
 

@@ -263,6 +263,17 @@ def test_the_build_context_carries_apt_lock_and_pins_every_package(
     assert report["labels"]["io.envbuild.apt-lock-sha256"] == hashlib.sha256(lock_text.encode()).hexdigest()
 
 
+def test_a_venv_image_gets_the_public_cas_even_where_its_base_has_none(write_profile: Callable[..., Path]) -> None:
+    """debian and ubuntu bases leave ca-certificates out: without it urllib (torch.hub, torchvision's
+    downloads) verifies no HTTPS server in the image, although the build itself reached PyPI."""
+    from envbuild import render
+
+    plan = plan_mod.for_profile(validate.load_valid(write_profile(compile=False)))
+    assert plan.apt_stages["runtime"] == ("python3.11", "ca-certificates")
+    runtime = render.render(plan)["Dockerfile"].split("AS runtime", 1)[1]
+    assert "apt-get install -y --no-install-recommends python3.11 ca-certificates \\\n" in runtime
+
+
 @pytest.mark.parametrize(
     ("extra", "stages"),
     [
