@@ -596,7 +596,6 @@ def bench_lock_speed(runs: int) -> str:
         f"{', '.join(f'{t:.2f}' for t in ours)} |",
         f"| `envbuild lock`, no lockfile yet | {statistics.median(new_runs):.2f} | "
         f"{', '.join(f'{t:.2f}' for t in new_runs)} |",
-        "",
         f"| `python -c pass` | {statistics.median(bare):.2f} | {', '.join(f'{t:.2f}' for t in bare)} |",
         f"| `python -c '{floor_imports}'` | {floor:.2f} | {', '.join(f'{t:.2f}' for t in libs)} |",
         "",
