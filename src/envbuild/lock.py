@@ -6,7 +6,6 @@ import contextlib
 import difflib
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -125,12 +124,4 @@ def lock_many(
 
     An interrupt (Ctrl-C, SIGTERM) stops the resolvers the workers run and every lock not started;
     none of them writes anything (`proc.check_cancelled` before each write)."""
-    proc.reset()
-    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-    try:
-        return list(pool.map(lambda n: lock_one(project, n, opts, events), names))
-    except BaseException:
-        proc.cancel_all()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    return proc.gather(lambda n: lock_one(project, n, opts, events), names, jobs)

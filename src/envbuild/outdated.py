@@ -9,13 +9,12 @@ with the same `uv pip compile --no-deps` lookup `new` uses.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from packaging.version import Version
 
-from envbuild import scaffold, uvtool
+from envbuild import proc, scaffold, uvtool
 from envbuild.errors import EnvbuildError
 from envbuild.names import PYPI_SIMPLE
 from envbuild.profile import NameParts, Profile
@@ -88,5 +87,4 @@ def report(project: Project, profiles: list[Profile], jobs: int = 4) -> list[Dri
     def one(prof: Profile) -> Drift:
         return drift(prof, prof.index_url or project.config.index_url or PYPI_SIMPLE)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, profiles))
+    return proc.gather(one, profiles, jobs)

@@ -13,13 +13,16 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
 from pathlib import Path
 from typing import TypeVar
 
 from envbuild.errors import EnvbuildError, Interrupted
 
 E = TypeVar("E", bound=EnvbuildError)
+T = TypeVar("T")
+R = TypeVar("R")
 
 # Programs started by worker threads (a `lock -j 4` runs four uv at once): an interrupt in the main
 # thread stops them here, so no worker goes on to write what its program found.
@@ -122,3 +125,28 @@ def run_ok(argv: Sequence[str], *, timeout: float, cwd: Path | None = None) -> s
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout if proc.returncode == 0 else None
+
+
+def gather(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
+    """`fn` over `items` in up to `jobs` worker threads; the results in the order of `items`.
+
+    An interrupt (Ctrl-C, SIGTERM) stops every program the workers started and every item not
+    started (`run` refuses); the workers' `check_cancelled` keeps them from writing. The main thread
+    wakes every 0.2 s: Python raises KeyboardInterrupt there only, when it next runs Python, and the
+    kernel may let a worker take the signal instead (one starting a program masks signals around
+    the fork, and picks up a SIGINT meant for the sleeping main thread). A wait without a timeout
+    slept on until every worker was done: a Ctrl-C to `lock` went unanswered while two stalled
+    resolvers ran (a unit test makes a worker take the signal)."""
+    reset()
+    pool = futures.ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        pending = [pool.submit(fn, item) for item in items]
+        waiting = set(pending)
+        while waiting:
+            _, waiting = futures.wait(waiting, timeout=0.2)
+        return [f.result() for f in pending]
+    except BaseException:
+        cancel_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -19,10 +19,17 @@ import pytest
 
 from tests.conftest import Result
 
+# A shell without job control starts background commands with SIGINT ignored, and children
+# inherit that (Python then installs no KeyboardInterrupt handler): a suite started with `&` saw
+# every Ctrl-C test hang. A user's terminal gives the default; so does this, then runs the program.
+_CTRL_C_AS_A_TERMINAL_GIVES_IT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, sys.argv[1:])"
+)
+
 
 def _envbuild(project: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "envbuild", *args],
+        [sys.executable, "-c", _CTRL_C_AS_A_TERMINAL_GIVES_IT, sys.executable, "-m", "envbuild", *args],
         cwd=project,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -65,6 +72,42 @@ def test_an_interrupted_lock_stops_its_resolvers_and_writes_nothing(
     for pid in marker.read_text().split():  # the stalled resolvers were stopped, not left running
         with pytest.raises(ProcessLookupError):
             os.kill(int(pid), 0)
+
+
+_WORKER_TAKES_THE_SIGNAL = """
+import os, signal, sys, threading, time
+from envbuild import proc
+from envbuild.errors import EnvbuildError
+# The main thread (and every thread it starts) blocks SIGINT, so the kernel must hand it to a
+# worker: what happens by chance when a worker is starting a program as the signal arrives.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+def work(i):
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    proc.run(["sleep", "30"], error=EnvbuildError, timeout=60)  # a stalled resolver
+
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    proc.gather(work, [0, 1], jobs=2)
+except KeyboardInterrupt:
+    print(f"interrupted {time.monotonic() - t0:.1f}")
+"""
+
+
+def test_an_interrupt_a_worker_thread_takes_still_stops_the_work() -> None:
+    """A SIGINT that landed in a worker thread went unanswered until every stalled program ended
+    (a CI run's lock waited out its 20 s): the main thread now notices it within a fraction of a
+    second, stops the programs, and raises KeyboardInterrupt."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_AS_A_TERMINAL_GIVES_IT, sys.executable, "-c", _WORKER_TAKES_THE_SIGNAL],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.startswith("interrupted "), done.stdout + done.stderr
+    assert float(done.stdout.split()[1]) < 10  # 30 s when it waited for the programs
 
 
 def test_an_unreadable_envbuild_toml_is_exit_11_naming_it(
