@@ -14,7 +14,6 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent import futures
 from pathlib import Path
 from typing import TypeVar
 
@@ -137,6 +136,8 @@ def gather(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
     the fork, and picks up a SIGINT meant for the sleeping main thread). A wait without a timeout
     slept on until every worker was done: a Ctrl-C to `lock` went unanswered while two stalled
     resolvers ran (a unit test makes a worker take the signal)."""
+    from concurrent import futures  # only the commands that fan out pay for it
+
     reset()
     pool = futures.ThreadPoolExecutor(max_workers=max(1, jobs))
     try:

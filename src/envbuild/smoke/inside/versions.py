@@ -50,6 +50,7 @@ def check_versions(ctx: Context, r: Result) -> None:
     if exp.get("numpy") and numpy.__version__ != exp["numpy"]:
         problems.append(f"numpy {numpy.__version__}, expected {exp['numpy']}")
     locked = {_canon(k): v for k, v in (exp.get("packages") or {}).items()}
+    unlocked: list[str] = []  # distributions the lockfile lacks, where they fail the check
     if locked and ctx.lock_match != "none":
         installed = {}
         for dist in metadata.distributions():
@@ -67,11 +68,12 @@ def check_versions(ctx: Context, r: Result) -> None:
         if other:
             problems.append("versions differ from the lockfile: " + "; ".join(other))
         if extra and ctx.lock_match == "exact":
+            unlocked = extra
             problems.append("not in the lockfile: " + ", ".join(extra))
         elif extra:
             r.facts["not_in_lockfile"] = extra
     if problems:
-        only_added = len(problems) == 1 and problems[0].startswith("not in the lockfile: ")
+        only_added = bool(unlocked) and len(problems) == 1
         raise CheckFailed("; ".join(problems), ctx.environment_remedy(or_change_profile=True, only_added=only_added))
 
 
