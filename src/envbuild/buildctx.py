@@ -41,6 +41,7 @@ from envbuild.names import (
     LABEL_TORCH,
     LABEL_VERSION,
     Events,
+    canonical,
     content_digest,
     lock_names,
     quiet,
@@ -169,10 +170,15 @@ def _cached_wheels(plan: Plan, lock: LockSnapshot, ca: Path | None, say: Events,
     return {found[i.sha256]: i.name for i in items if i.sha256 in found}
 
 
-def _build_source(plan: Plan, lock: LockSnapshot, wheels: list[Path]) -> TorchSource:
-    """The lock's own torch route, reached through today's mirrors; when the wheelhouse holds every
-    torch-family wheel the lock takes from the PyTorch index, that index is not asked at all."""
+def _build_source(plan: Plan, lock: LockSnapshot, placed: dict[Path, str]) -> TorchSource:
+    """The lock's own torch route, reached through today's mirrors; when the wheel cache gave every
+    wheel the lock pins, no index is asked at all (offline: the build then needs no network for
+    Python packages, nor a CA bundle for them); when it gave every torch-family wheel the lock takes
+    from the PyTorch index, that index is not asked."""
     src = plan.source_as_locked(lock.record.route, lock.record.index)
+    wheels = list(placed)
+    if set(lock.pins) <= {canonical(name) for name in placed.values()}:
+        return dataclasses.replace(src, offline=True)
     if src.route != "index":
         return src
     local = {w.name.split("-")[0].lower() for w in wheels}
@@ -287,7 +293,7 @@ def prepare(
     ca_text = _read_ca(ca_path) if ca_path is not None else None
     placed = _cached_wheels(plan, lock, ca_path, say, fetch) if prof.flavor == "venv" else {}
     wheels = sorted(placed, key=lambda w: w.name)
-    built = dataclasses.replace(plan, source=_build_source(plan, lock, wheels))
+    built = dataclasses.replace(plan, source=_build_source(plan, lock, placed))
     epoch = source_date_epoch(project, lock.path)
     labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
     sbom_text = ""
@@ -328,7 +334,8 @@ def prepare(
     atomic_write_many(files)
     (ctx / SMOKE_DIR / SMOKE_ENTRY).chmod(0o755)
     if wheels:
-        say("phase", "wheels", f"{len(wheels)} of {len(lock.pins)} wheel(s) from the wheel cache")
+        offline = ": every one, so the build asks no package index" if built.source.offline else ""
+        say("phase", "wheels", f"{len(wheels)} of {len(lock.pins)} wheel(s) from the wheel cache{offline}")
     (ctx / "tools").mkdir(exist_ok=True)
     member = {name: group for group, names in groups.items() for name in names}
     for group in groups:

@@ -61,14 +61,16 @@ class _Rule:
 # failure too, and apt "Unable to locate package" when `apt-get update` could not reach its mirror.
 _RULES = (
     _Rule(
-        r"CERTIFICATE_VERIFY_FAILED|Certificate verification failed|self[- ]signed certificate",
+        # pip, apt, curl; then uv (rustls): "invalid peer certificate: UnknownIssuer"
+        r"CERTIFICATE_VERIFY_FAILED|Certificate verification failed|certificate verify failed"
+        r"|self[- ]signed certificate|invalid peer certificate",
         "a download inside the build was refused: the server's TLS certificate is not trusted",
         "behind a TLS-intercepting proxy, pass its CA bundle: envbuild build {name} "
         "--ca-bundle /etc/ssl/certs/ca-certificates.crt (it stays in the builder stage)",
     ),
     _Rule(
         r"Temporary failure resolving '([^']+)'|Failed to establish a new connection|Could not resolve host: (\S+)"
-        r"|Could not fetch URL (\S+)",
+        r"|Could not fetch URL (\S+)|failed to lookup address information|client error \(Connect\)",
         "the build could not reach the network{where}",
         "check the engine's DNS and proxy settings, or build from a wheelhouse: envbuild build {name} --find-links DIR",
     ),

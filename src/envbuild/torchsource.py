@@ -26,6 +26,9 @@ class TorchSource:
     torch_index_flat: bool  # torch_index is a flat folder of wheels (find-links style)
     find_links: tuple[str, ...]
     canonical_index: str  # the public index this build lives on: what a lockfile records
+    # A build's context holds every wheel the lock pins: its installs ask no index at all (set by
+    # the build from the wheel cache; a lock never is offline)
+    offline: bool = False
 
     @property
     def extra_index(self) -> str:

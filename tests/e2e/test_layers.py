@@ -31,9 +31,17 @@ def test_two_profiles_sharing_a_torch_build_share_the_torch_layer(
     (proj / "profiles" / "cpu-py311-tqdm.yaml").write_text(text)
     res = envbuild("lock", "cpu-py311-tqdm", "--base", BASE, "--find-links", WHEELS, cwd=proj)
     assert res.returncode == 0, res.stderr[-3000:]
+    # The wheel cache has every wheel the lock pins (tqdm since the lock above), so the build asks no
+    # index: a mirror that is down (a closed port here) does not stop it. The rest layer's install
+    # runs (tqdm is new); it used to ask the index for each package and failed to connect.
+    (proj / "envbuild.toml").write_text('[envbuild]\nindex_url = "http://127.0.0.1:9/simple"\n')
     res = envbuild(*local_build("cpu-py311-tqdm", repo_name), "--no-smoke", "--json", cwd=proj)
     assert res.returncode == 0, res.stderr[-3000:]
-    variant = json.loads(res.stdout)["built_image_id"]
+    result = json.loads(res.stdout)
+    dockerfile = (Path(result["context"]) / "Dockerfile").read_text()
+    assert "--no-index" in dockerfile and "127.0.0.1:9" not in dockerfile
+    assert result["ran_steps"] > 0
+    variant = result["built_image_id"]
     ours = layer_table(docker_client, built_cpu["built_image_id"])
     theirs = layer_table(docker_client, variant)
     torch = max((row for row in ours if row[1] == "COPY to /"), key=lambda row: row[2])

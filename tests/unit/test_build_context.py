@@ -143,3 +143,37 @@ def test_a_relock_of_a_small_package_leaves_the_torch_stages_label_as_it_was(eng
     assert "lock-sha256" not in first["layer-torch"]
     assert first["layer-torch"] == second["layer-torch"] and first["layer-numpy"] == second["layer-numpy"]
     assert first["builder"] != second["builder"]
+
+
+def test_a_context_with_every_locked_wheel_asks_no_index(engineless_project: Path) -> None:
+    """A build whose wheel cache gives every wheel the lock pins installs with --no-index: a mirror
+    that is down, or a TLS-intercepting proxy without --ca-bundle, no longer fails it (uv used to ask
+    the index for every package in every layer stage, wheel or not). One wheel short, the index
+    stays: the builder fetches that one from where the lockfile says."""
+    import dataclasses
+
+    from envbuild import buildctx, freshness, layering
+    from envbuild import plan as plan_mod
+    from envbuild.torchsource import TorchSource
+    from envbuild.validate import load_named
+
+    project = open_project(str(engineless_project))
+    plan = plan_mod.make(project, load_named(project, "cpu-py311"))
+    lock = freshness.require_fresh(project, plan)
+    placed = {Path(f"/cache/{name}.whl"): name for name in lock.pins}
+
+    def installs(source: TorchSource, tool: str) -> tuple[list[str], str]:
+        built = dataclasses.replace(plan, source=source)
+        text = layering.render_for(built, lock.pins, lock.apt, {}, tool, lock.text)[0]["Dockerfile"]
+        return [line for line in text.splitlines() if " pip install " in line], text
+
+    offline = buildctx._build_source(plan, lock, placed)
+    one_short = buildctx._build_source(plan, lock, {w: n for w, n in placed.items() if n != "einops"})
+    assert offline.offline and not one_short.offline
+    for tool in ("uv", "pip"):  # uv where this machine's runs in the image, else the venv's pip
+        lines, text = installs(offline, tool)
+        assert len(lines) >= 4 and all("--no-index" in line and "--index-url" not in line for line in lines)
+        assert "PIP_INDEX_URL" not in text
+        lines, text = installs(one_short, tool)
+        assert lines and not any("--no-index" in line for line in lines)
+        assert 'ARG PIP_INDEX_URL="https://pypi.org/simple"' in text

@@ -48,6 +48,22 @@ APT_BASE_DIFFERS = (
     "envbuild-apt: base-differs: the base image's own packages are not the ones apt.lock was resolved against"
 )
 APT_SHA = "envbuild-apt: sha256-mismatch: a downloaded .deb is not the one apt.lock records"
+# uv in the builder through this machine's intercepting proxy without its CA (a real build here)
+UV_TLS = [
+    "error: Failed to fetch: https://pypi.org/simple/torch/",
+    "  cause: error sending request for url (https://pypi.org/simple/torch/)",
+    "  cause: client error (Connect)",
+    "  cause: invalid peer certificate: UnknownIssuer",
+    "hint: Consider enabling use of system TLS certificates with the `--system-certs` command-line flag",
+]
+# uv in a container with --network none
+UV_OFFLINE = [
+    "error: Request failed after 3 retries in 8.9s",
+    "  cause: error sending request for url (https://pypi.org/simple/torch/)",
+    "  cause: client error (Connect)",
+    "  cause: dns error",
+    "  cause: failed to lookup address information: Temporary failure in name resolution",
+]
 # uv in the builder (its real output, shortened: it lists every expected hash)
 UV_HASHES = [
     "error: Failed to download `numpy==2.1.3`",
@@ -71,6 +87,8 @@ HASHES = [
     [
         (PIP_TLS, "the server's TLS certificate is not trusted", "--ca-bundle"),
         (PIP_OFFLINE, "the build could not reach the network", "--find-links DIR"),
+        (UV_TLS, "the server's TLS certificate is not trusted", "--ca-bundle /etc/ssl/certs/ca-certificates.crt"),
+        (UV_OFFLINE, "the build could not reach the network", "--find-links DIR"),
         (APT_OFFLINE, "the build could not reach the network (deb.debian.org)", "DNS and proxy"),
         (
             PIP_NOT_IN_WHEELHOUSE,
