@@ -135,6 +135,12 @@ def mutex_path(build_dir: Path, what: str, profile: str) -> Path:
 SMOKE_SHM_SIZE = "2g"  # the smoke test's DataLoader and DDP need more than Docker's 64 MB
 RUN_SHM_SIZE = "8g"  # training, not a smoke test: DataLoader workers with large batches want more
 IMAGE_UID = 1000  # the image's non-root user
+# The image's PID 1: tini (Debian's `tini` package), then the command. Python as PID 1 gets no
+# default action for SIGTERM, so `docker stop` and a Kubernetes eviction waited out their grace
+# period and SIGKILLed the job (no cleanup); and nothing reaped the zombies of orphaned workers.
+# -s: also reaps as a subreaper when something else is PID 1 (`docker run --init`, `envbuild run`).
+INIT_PACKAGE = "tini"
+IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--")
 
 # Packages that must come from the same place as torch: its own builds and the GPU runtime wheels
 # that carry CUDA or ROCm.

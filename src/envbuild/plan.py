@@ -18,6 +18,7 @@ from typing import Any
 
 from envbuild import compat
 from envbuild.errors import RenderError, UsageError
+from envbuild.names import INIT_PACKAGE
 from envbuild.profile import Profile
 from envbuild.project import Project
 from envbuild.torchsource import TorchSource, torch_source
@@ -226,15 +227,21 @@ class Plan:
         """The OS packages each Dockerfile stage installs on top of the base, as apt is asked for
         them (apt.lock pins them with their dependencies). A conda image's Python and libraries come
         from conda-lock.yml: only its runtime's compiler and `apt:` list come from the archive."""
+        # Every runtime gets tini, the image's PID 1 (names.IMAGE_ENTRYPOINT says why).
         if self.profile.flavor == "conda":
-            runtime = (*self.compile_packages, *sorted(set(self.profile.apt)))
-            return {"runtime": runtime} if runtime else {}
+            return {"runtime": (INIT_PACKAGE, *self.compile_packages, *sorted(set(self.profile.apt)))}
         # The runtime's ca-certificates: the public CAs, without which urllib (torch.hub,
         # torchvision's dataset downloads) and curl cannot verify any HTTPS server. debian and
         # ubuntu base images leave them out; conda's Python brings its own.
         return {
             "builder": (self.python_bin, f"{self.python_bin}-venv", "ca-certificates"),
-            "runtime": (self.python_bin, "ca-certificates", *self.compile_packages, *sorted(set(self.profile.apt))),
+            "runtime": (
+                self.python_bin,
+                "ca-certificates",
+                INIT_PACKAGE,
+                *self.compile_packages,
+                *sorted(set(self.profile.apt)),
+            ),
         }
 
     @property

@@ -17,6 +17,7 @@ from envbuild import __version__
 from envbuild.errors import RenderError
 from envbuild.names import (
     FIXED_MTIME,
+    IMAGE_ENTRYPOINT,
     IMAGE_UID,
     LABEL_LAYER,
     LABEL_LAYER_SHA,
@@ -123,6 +124,7 @@ def context(
         "conda_specs": list(plan.conda_specs),
         "pip_specs": list(plan.pip_specs),
         "uid": IMAGE_UID,
+        "entrypoint": json.dumps(list(IMAGE_ENTRYPOINT)),
         "stage_label": LABEL_STAGE,
         "layer_label": LABEL_LAYER,
         "labels": sorted((labels or {}).items()),

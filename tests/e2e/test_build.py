@@ -60,6 +60,42 @@ def test_default_user_is_not_root(docker_client: Any, built_cpu: dict[str, Any])
     assert image.attrs["Config"]["WorkingDir"] == "/workspace"
 
 
+_ZOMBIES = """
+import os, subprocess, time
+# sh leaves a sleep behind and exits: the orphan goes to PID 1, which must reap it once it ends
+subprocess.Popen(["sh", "-c", "sleep 0.2 & exit 0"]).wait()
+time.sleep(1.5)
+stats = [open(f"/proc/{p}/stat").read() for p in os.listdir("/proc") if p.isdigit()]
+print(sum(1 for s in stats if s.rsplit(")", 1)[1].split()[0] == "Z"))
+"""
+
+
+def test_docker_stop_stops_the_command_and_orphans_are_reaped(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    """Python as PID 1 ignored SIGTERM: `docker stop` (or a Kubernetes eviction) waited its whole
+    grace period, then SIGKILLed the job with no chance to clean up (10.2 s here, exit 137); and
+    nothing reaped orphaned processes. tini is the image's PID 1 now."""
+    import time
+
+    image = docker_client.images.get(built_cpu["image_id"])
+    assert image.attrs["Config"]["Entrypoint"] == ["/usr/bin/tini", "-s", "--"]
+    job = docker_client.containers.run(
+        built_cpu["image_id"], ["python", "-c", "import time; print('up', flush=True); time.sleep(600)"], detach=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while b"up" not in job.logs() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        job.stop(timeout=30)
+        took = time.monotonic() - t0
+        job.reload()
+        assert job.attrs["State"]["ExitCode"] == 143, job.attrs["State"]  # 128 + SIGTERM, not 137 (SIGKILL)
+        assert took < 10, f"docker stop took {took:.1f} s"
+    finally:
+        job.remove(force=True)
+    assert _run(docker_client, built_cpu["image_id"], "python", "-c", _ZOMBIES).strip() == "0"
+
+
 def test_pip_freeze_equals_the_lockfile(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path) -> None:
     pins = lockfile.parse_requirements((e2e_project / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
     frozen = _run(docker_client, built_cpu["image_id"], "python", "-m", "pip", "freeze", "--all")

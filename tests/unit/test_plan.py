@@ -269,22 +269,22 @@ def test_a_venv_image_gets_the_public_cas_even_where_its_base_has_none(write_pro
     from envbuild import render
 
     plan = plan_mod.for_profile(validate.load_valid(write_profile(compile=False)))
-    assert plan.apt_stages["runtime"] == ("python3.11", "ca-certificates")
+    assert plan.apt_stages["runtime"] == ("python3.11", "ca-certificates", "tini")
     runtime = render.render(plan)["Dockerfile"].split("AS runtime", 1)[1]
-    assert "apt-get install -y --no-install-recommends python3.11 ca-certificates \\\n" in runtime
+    assert "apt-get install -y --no-install-recommends python3.11 ca-certificates tini \\\n" in runtime
 
 
 @pytest.mark.parametrize(
     ("extra", "stages"),
     [
-        ({}, {"runtime": ("g++", "ninja-build")}),
-        ({"apt": ["less", "curl"]}, {"runtime": ("g++", "ninja-build", "curl", "less")}),
-        ({"compile": False}, {}),
+        ({}, {"runtime": ("tini", "g++", "ninja-build")}),
+        ({"apt": ["less", "curl"]}, {"runtime": ("tini", "g++", "ninja-build", "curl", "less")}),
+        ({"compile": False}, {"runtime": ("tini",)}),
     ],
 )
 def test_a_conda_profile_locks_only_its_runtime_os_packages(extra: dict[str, object], stages: object) -> None:
-    """conda's Python is conda-lock.yml's: apt.lock pins the runtime's compiler and `apt:` list only,
-    and a profile that installs no OS package has no apt.lock to keep."""
+    """conda's Python is conda-lock.yml's: apt.lock pins the runtime's PID 1 (tini), compiler and
+    `apt:` list only."""
     from envbuild.profile import Profile
 
     fields = {
