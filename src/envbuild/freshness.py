@@ -91,8 +91,9 @@ def _read(path: Path, shown: str) -> tuple[str | None, str]:
         return None, f"{shown} cannot be read ({why})"
 
 
-def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None) -> Freshness:
-    """Whether the profile's lockfiles are usable as they are, and what they say when they are."""
+def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None, *, with_apt: bool = True) -> Freshness:
+    """Whether the profile's lockfiles are usable as they are, and what they say when they are.
+    `with_apt=False`: the Python (or conda) lockfiles alone, apt.lock unread."""
     directory = lock_dir(project, plan.name)
     digest = plan.input_digest
     flavor = plan.profile.flavor
@@ -129,7 +130,7 @@ def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None) 
             if resolution_id(pins, record.format) != record.resolution:
                 return Freshness("edited", edited)
             primary = LockSnapshot(path, text, record, {} if flavor == "conda" else pins)
-        if primary is not None and plan.apt_stages:
+        if primary is not None and with_apt and plan.apt_stages:
             path = directory / apt_lock_name(platform)
             shown = project.rel(path)
             text, why = _read(path, shown)

@@ -45,8 +45,16 @@ def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents 
         # One writer per profile at a time, across processes; the second re-checks freshness.
         with FileLock(str(guard), timeout=3600):
             found = freshness.query(project, plan)
+            apt_stale = False
+            if not found.fresh and opts.apt and plan.apt_stages:
+                # Only apt.lock out of date (the `apt:` list, or what envbuild installs, changed):
+                # the OS packages are locked again, the Python lockfiles stay as they are and no
+                # package index is asked (it may be down, and nothing there needs it).
+                python_only = freshness.query(project, plan, with_apt=False)
+                if python_only.fresh:
+                    found, apt_stale = python_only, True
             if found.fresh and not opts.upgrade and not opts.upgrade_packages:
-                if not _wants_apt(plan, opts, found):
+                if not apt_stale and not _wants_apt(plan, opts, found):
                     say(name, "fresh", "lockfile is up to date")
                     return LockOutcome(name, "fresh", "up to date", time.monotonic() - start)
                 outcome = LockOutcome(name, "fresh", "Python lockfiles up to date")

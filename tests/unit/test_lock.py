@@ -162,6 +162,27 @@ def test_fresh_lock_is_skipped_without_resolving(
     assert res.code == 0 and json.loads(res.out)[0]["state"] == "fresh"
 
 
+def test_a_changed_apt_list_relocks_the_os_packages_without_asking_the_index(
+    cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """apt.lock out of date and the Python lockfiles fresh: only the OS packages are locked again.
+    `lock` used to resolve the Python packages too, and failed when the PyTorch index was down (it
+    was, here, when a new runtime package made every apt.lock stale)."""
+
+    def boom(*_: object, **__: object) -> str:
+        raise AssertionError("the Python resolver must not run for an apt-only change")
+
+    monkeypatch.setattr(uvtool, "run", boom)
+    path = engineless_project / "profiles" / "cpu-py311.yaml"
+    path.write_text(path.read_text() + 'apt: ["less"]\n')
+    res = cli("lock", "cpu-py311", "--json")
+    assert res.code == 0, res.err
+    [outcome] = json.loads(res.out)
+    assert outcome["state"] == "fresh" and "Python lockfiles up to date" in outcome["message"]
+    # no engine here: apt.lock stays as it was, and lock says why and how to fix it
+    assert "apt.lock not written" in res.err and "start" in res.err
+
+
 def test_resolver_failure_keeps_previous_lockfiles(
     cli: Callable[..., Result], locked_project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
