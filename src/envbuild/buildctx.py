@@ -176,14 +176,14 @@ def _build_source(plan: Plan, lock: LockSnapshot, placed: dict[Path, str]) -> To
     Python packages, nor a CA bundle for them); when it gave every torch-family wheel the lock takes
     from the PyTorch index, that index is not asked."""
     src = plan.source_as_locked(lock.record.route, lock.record.index)
-    wheels = list(placed)
-    if set(lock.pins) <= {canonical(name) for name in placed.values()}:
+    have = {canonical(name) for name in placed.values()}
+    if set(lock.pins) <= have:
         return dataclasses.replace(src, offline=True)
     if src.route != "index":
         return src
-    local = {w.name.split("-")[0].lower() for w in wheels}
-    from_torch_index = [p for p in lock.pins.values() if p.source.rstrip("/") == lock.record.index.rstrip("/")]
-    if from_torch_index and all(p.name.replace("-", "_") in local for p in from_torch_index):
+    index = lock.record.index.rstrip("/")
+    from_torch_index = {name for name, pin in lock.pins.items() if pin.source.rstrip("/") == index}
+    if from_torch_index and from_torch_index <= have:
         return dataclasses.replace(src, torch_index=None, torch_index_flat=True)
     return src
 

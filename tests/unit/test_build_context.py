@@ -170,6 +170,10 @@ def test_a_context_with_every_locked_wheel_asks_no_index(engineless_project: Pat
     offline = buildctx._build_source(plan, lock, placed)
     one_short = buildctx._build_source(plan, lock, {w: n for w, n in placed.items() if n != "einops"})
     assert offline.offline and not one_short.offline
+    # torch itself is there: the PyTorch index (cpu-py311's torch route) is not asked, PyPI is
+    assert one_short.route == "index" and one_short.torch_index is None and one_short.torch_index_flat
+    no_torch = buildctx._build_source(plan, lock, {w: n for w, n in placed.items() if n != "torch"})
+    assert no_torch.torch_index == "https://download.pytorch.org/whl/cpu" and not no_torch.offline
     for tool in ("uv", "pip"):  # uv where this machine's runs in the image, else the venv's pip
         lines, text = installs(offline, tool)
         assert len(lines) >= 4 and all("--no-index" in line and "--index-url" not in line for line in lines)
