@@ -97,9 +97,11 @@ def _lock_apt(
     except (EngineUnavailable, BaseImageError) as exc:
         say("note", f"apt.lock not written: {str(exc).splitlines()[0]} (fix: {exc.hint or 'start the engine'})")
         return
-    outcome.message = f"{outcome.message}; {message}"
     if count and outcome.state == "fresh":
         outcome.state = "locked"  # only apt.lock was written
+        outcome.message = f"{message}; the Python lockfiles were up to date"
+    else:
+        outcome.message = f"{outcome.message}; {message}"
 
 
 def _check_upgrade_packages(project: Project, plan: Plan, packages: tuple[str, ...]) -> None:
