@@ -164,10 +164,10 @@ def _cached_wheels(plan: Plan, lock: LockSnapshot, ca: Path | None, say: Events,
     wheelhouse (matched by the locked hash, never anything else from there), or downloaded once from
     the lockfile's own URL. A cache is a shortcut, never a requirement: what it cannot get, the
     builder fetches from the index the lockfile records."""
-    items = wheelcache.wanted(lock.pylock_text, lock.pins) if lock.pylock_text else []
     houses = [d for d in _local_dirs(plan.source.find_links) if d.is_dir()]
-    found = wheelcache.fill(items, houses, ca, lambda text: say("phase", "wheels", text), fetch=fetch)
-    return {found[i.sha256]: i.name for i in items if i.sha256 in found}
+    return wheelcache.for_lock(
+        lock.pylock_text, lock.pins, houses, ca, lambda text: say("phase", "wheels", text), fetch=fetch
+    )
 
 
 def _build_source(plan: Plan, lock: LockSnapshot, placed: dict[Path, str]) -> TorchSource:
@@ -176,14 +176,13 @@ def _build_source(plan: Plan, lock: LockSnapshot, placed: dict[Path, str]) -> To
     Python packages, nor a CA bundle for them); when it gave every torch-family wheel the lock takes
     from the PyTorch index, that index is not asked."""
     src = plan.source_as_locked(lock.record.route, lock.record.index)
-    have = {canonical(name) for name in placed.values()}
-    if set(lock.pins) <= have:
+    if wheelcache.complete(lock.pins, placed):
         return dataclasses.replace(src, offline=True)
     if src.route != "index":
         return src
     index = lock.record.index.rstrip("/")
     from_torch_index = {name for name, pin in lock.pins.items() if pin.source.rstrip("/") == index}
-    if from_torch_index and from_torch_index <= have:
+    if from_torch_index and from_torch_index <= {canonical(name) for name in placed.values()}:
         return dataclasses.replace(src, torch_index=None, torch_index_flat=True)
     return src
 

@@ -116,23 +116,28 @@ def create(
             "--require-hashes",
             "--no-config",
             "--quiet",
-            "--index-url",
-            src.index_url,
         ]
-        if src.extra_index:
-            args += ["--extra-index-url", src.extra_index]
-        for link in src.find_links:
-            args += ["--find-links", link]
-        # the wheels a build already fetched (envbuild's wheel cache) are not fetched again
-        cached = wheelcache.fill(wheelcache.wanted(snap.pylock_text, pins), fetch=False) if snap.pylock_text else {}
+        # the wheels a build already fetched (envbuild's wheel cache) are not fetched again; with
+        # all of them there, no index is asked (an offline laptop, a mirror that is down)
+        cached = wheelcache.for_lock(snap.pylock_text, pins, fetch=False)
+        offline = wheelcache.complete(pins, cached)
+        if offline:
+            args.append("--no-index")
+        else:
+            args += ["--index-url", src.index_url]
+            if src.extra_index:
+                args += ["--extra-index-url", src.extra_index]
+            for link in src.find_links:
+                args += ["--find-links", link]
         if cached:
             local = staging.with_name(f".{target.name}.envbuild-wheels")
             shutil.rmtree(local, ignore_errors=True)
             local.mkdir()
-            for wheel in cached.values():
+            for wheel in cached:
                 _link(wheel, local / wheel.name)
             args += ["--find-links", str(local)]
-            say("phase", "wheels", f"{len(cached)} of {len(pins)} wheel(s) from the wheel cache")
+            every = ": every one, so no package index is asked" if offline else ""
+            say("phase", "wheels", f"{len(cached)} of {len(pins)} wheel(s) from the wheel cache{every}")
         if compile_bytecode:
             # pip compiles on install and uv does not: without it every process that imports torch
             # compiles its ~2,000 modules in memory again (3-4 s each here; PYTHONDONTWRITEBYTECODE,

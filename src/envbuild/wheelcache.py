@@ -167,6 +167,26 @@ def fill(
     return found
 
 
+def for_lock(
+    pylock_text: str,
+    pins: dict[str, Pin],
+    wheelhouses: Iterable[Path] = (),
+    ca_bundle: Path | None = None,
+    say: Callable[[str], None] = lambda _: None,
+    *,
+    fetch: bool = True,
+) -> dict[Path, str]:
+    """{cached wheel: distribution} for a lock's wheels that the cache has or (see fill) can get."""
+    items = wanted(pylock_text, pins) if pylock_text else []
+    found = fill(items, wheelhouses, ca_bundle, say, fetch=fetch)
+    return {found[i.sha256]: i.name for i in items if i.sha256 in found}
+
+
+def complete(pins: dict[str, Pin], placed: dict[Path, str]) -> bool:
+    """Every locked distribution has its wheel here: an install from them needs no index at all."""
+    return set(pins) <= {canonical(name) for name in placed.values()}
+
+
 @dataclass(frozen=True)
 class Usage:
     root: Path

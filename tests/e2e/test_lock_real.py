@@ -18,7 +18,7 @@ from envbuild import lockfile
 
 from ..conftest import REPO
 from ..unit.test_hardening import record
-from .conftest import WHEELS, at_once, envbuild
+from .conftest import CA, WHEELS, at_once, envbuild
 
 pytestmark = [pytest.mark.e2e, pytest.mark.network]
 
@@ -123,6 +123,27 @@ def test_outdated_reads_pypi(proj: Path) -> None:
     assert (row["torch_patch"], row["newer_torch"], row["numpy_patch"]) == (None, "2.5.1", None)
     assert row["newer_numpy"].startswith("2.") and row["outdated"] is True
     assert envbuild("outdated", "cu121-py311", "--check", cwd=proj).returncode == 1
+
+
+def test_a_venv_from_a_complete_wheel_cache_asks_no_index(proj: Path, tmp_path: Path) -> None:
+    """The wheel cache holds every wheel of the committed cpu-py311 lock (filled as `build` fills it:
+    torch from the wheelhouse, the rest from the lockfile's own URLs on PyPI). `venv` then installs
+    with --no-index: before, it asked the index anyway and failed where it is unreachable (here,
+    download.pytorch.org always is), with all twelve wheels on disk."""
+    from envbuild import wheelcache
+
+    lockdir = REPO / "lockfiles" / "cpu-py311"
+    shutil.copytree(REPO / "lockfiles", proj / "lockfiles")
+    pins = lockfile.parse_requirements((lockdir / "requirements.lock").read_text())
+    placed = wheelcache.for_lock((lockdir / "pylock.toml").read_text(), pins, [Path(WHEELS)], Path(CA))
+    assert wheelcache.complete(pins, placed), sorted(set(pins) - set(placed.values()))
+    (proj / "envbuild.toml").write_text('[envbuild]\nindex_url = "http://127.0.0.1:9/simple"\n')
+    target = tmp_path / "offline"
+    res = envbuild("venv", "cpu-py311", str(target), "--no-compile", cwd=proj, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "12 of 12 wheel(s) from the wheel cache: every one, so no package index is asked" in res.stderr
+    probe = [str(target / "bin" / "python"), "-c", "import torch, einops; print(torch.__version__)"]
+    assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "2.13.0+cpu"
 
 
 def test_venv_refuses_wrong_interpreter(proj: Path, tmp_path: Path) -> None:
