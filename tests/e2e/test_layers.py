@@ -37,7 +37,8 @@ def test_two_profiles_sharing_a_torch_build_share_the_torch_layer(
     (proj / "envbuild.toml").write_text('[envbuild]\nindex_url = "http://127.0.0.1:9/simple"\n')
     res = envbuild(*local_build("cpu-py311-tqdm", repo_name), "--no-smoke", "--json", cwd=proj)
     assert res.returncode == 0, res.stderr[-3000:]
-    result = json.loads(res.stdout)
+    result = json.loads(res.stdout)  # the report alone; progress on stderr, with --json too
+    assert "every one, so the build asks no package index" in res.stderr
     dockerfile = (Path(result["context"]) / "Dockerfile").read_text()
     assert "--no-index" in dockerfile and "127.0.0.1:9" not in dockerfile
     assert result["ran_steps"] > 0

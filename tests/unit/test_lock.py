@@ -181,6 +181,7 @@ def test_a_changed_apt_list_relocks_the_os_packages_without_asking_the_index(
     assert outcome["state"] == "fresh" and "Python lockfiles up to date" in outcome["message"]
     # no engine here: apt.lock stays as it was, and lock says why and how to fix it
     assert "apt.lock not written" in res.err and "start" in res.err
+    assert "cpu-py311: resolving OS packages on" in res.err  # progress on stderr, --json or not
 
 
 def test_resolver_failure_keeps_previous_lockfiles(

@@ -105,8 +105,10 @@ def load_profile(proj: Any, name: str) -> Any:
     return validate.load_named(proj, name)
 
 
-def step_printer(as_json: bool) -> Any:
-    """Progress as a person expects: the current step of N and the elapsed time."""
+def step_printer() -> Any:
+    """Progress as a person expects: the current step of N and the elapsed time. On stderr with
+    --json too (stdout then carries only the report): a CI job that keeps the report still shows
+    a long build's progress and its warnings in its log; it used to be silent for minutes."""
     import time as _time
 
     console = output.err()
@@ -114,8 +116,6 @@ def step_printer(as_json: bool) -> Any:
     last_transfer = [0.0]
 
     def events(kind: str, key: str, text: str) -> None:
-        if as_json:
-            return
         elapsed = _time.monotonic() - started
         if kind == "step":
             console.print(f"[{elapsed:6.1f}s] step {key}: {text}")

@@ -123,14 +123,14 @@ def build(
         builder=builder,
     )
     if context_only:
-        ctx = b.context_only(proj, prof, opts, step_printer(as_json))
+        ctx = b.context_only(proj, prof, opts, step_printer())
         if as_json:
             output.emit_json(ctx)
             return
         output.out().print(f"wrote the build context of {name}: {proj.rel(Path(ctx['context']))}")
         output.out().print(f"  build it with: docker build --target runtime {proj.rel(Path(ctx['context']))}")
         return
-    result = b.build(proj, prof, opts, step_printer(as_json))
+    result = b.build(proj, prof, opts, step_printer())
     if as_json:
         from dataclasses import asdict
 
@@ -308,7 +308,7 @@ def images(
         raise UsageError("--dry-run goes with --prune", hint="envbuild images --prune --dry-run")
     proj = project_at(project)
     if prune:
-        result = images_mod.prune(proj, names, dry_run=dry_run, events=step_printer(as_json))
+        result = images_mod.prune(proj, names, dry_run=dry_run, events=step_printer())
     else:
         result = images_mod.survey(proj, names)[1]
     if as_json:

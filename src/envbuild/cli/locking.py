@@ -103,7 +103,7 @@ def lock(
     )
     at_once = jobs or proj.config.lock_jobs
     started = time.monotonic()
-    outcomes = _with_progress(chosen, as_json, lambda events: lk.lock_many(proj, chosen, opts, at_once, events))
+    outcomes = _with_progress(chosen, lambda events: lk.lock_many(proj, chosen, opts, at_once, events))
     took = time.monotonic() - started
     failed = [o for o in outcomes if o.state == "failed"]
     if as_json:
@@ -157,8 +157,9 @@ def _print_lock_changes(outcomes: list[Any], dry_run: bool = False) -> None:
             con.print(f"  {change.render()}")
 
 
-def _with_progress(names: list[str], quiet: bool, work: Any) -> Any:
-    """Run `work(events)` while a live table shows each profile's state (stderr, TTY or not)."""
+def _with_progress(names: list[str], work: Any) -> Any:
+    """Run `work(events)` while a live table shows each profile's state (stderr, TTY or not; with
+    --json too, as build's progress: stdout carries only the report)."""
     import threading
     import time as _time
 
@@ -172,11 +173,11 @@ def _with_progress(names: list[str], quiet: bool, work: Any) -> Any:
             return
         with lock_:
             states[name] = (state, detail)
-        if not console.is_terminal and not quiet:
+        if not console.is_terminal:
             console.print(f"{name}: {state} {detail}".rstrip())
 
     console = output.err()
-    if quiet or not console.is_terminal:
+    if not console.is_terminal:
         return work(events)
     from rich.live import Live
 
@@ -224,7 +225,7 @@ def venv(
         options=opts,
         force=force,
         compile_bytecode=not no_compile,
-        events=step_printer(as_json),
+        events=step_printer(),
     )
     if as_json:
         output.emit_json(result)

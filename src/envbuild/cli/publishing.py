@@ -31,7 +31,7 @@ def push(
     refs.check("--registry", registry, "registry")
 
     proj = project_at(project)
-    res = publish.push(proj, load_profile(proj, name), repo=tag, registry=registry, events=step_printer(as_json))
+    res = publish.push(proj, load_profile(proj, name), repo=tag, registry=registry, events=step_printer())
     if as_json:
         output.emit_json({"image_id": res.image_id, "refs": res.refs, "digest": res.digest})
         return
@@ -67,7 +67,7 @@ def pull(
         repo=tag,
         digest=digest,
         verify=verify,
-        events=step_printer(as_json),
+        events=step_printer(),
     )
     ns = "io.envbuild"
     facts = {
