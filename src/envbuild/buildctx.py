@@ -25,6 +25,7 @@ from envbuild.errors import BuildError, UsageError
 from envbuild.freshness import LockSnapshot
 from envbuild.fsutil import atomic_write_many
 from envbuild.names import (
+    ENTRY_SCRIPT,
     LABEL_ACCELERATOR,
     LABEL_APT_LOCK_SHA,
     LABEL_CONTENT_DIGEST,
@@ -116,6 +117,18 @@ def smoke_files(plan: Plan) -> dict[str, str]:
         'PYTHONPATH="/opt/envbuild${PYTHONPATH:+:$PYTHONPATH}"\n'
         "export PYTHONPATH\n"
         f'exec python -m {SMOKE_PACKAGE} "$@"\n'
+    )
+    files[ENTRY_SCRIPT] = (
+        "#!/bin/sh\n"
+        "# The image's entrypoint after tini (envbuild.names.IMAGE_ENTRYPOINT says why).\n"
+        "# A home the user cannot write (HOME=/ for a uid with no passwd entry): /tmp instead, as\n"
+        "# `envbuild run` does. A home that works is left alone: uid 1000's, root's.\n"
+        'if [ ! -w "${HOME:-/}" ] && [ -d /tmp ] && [ -w /tmp ]; then\n'
+        "    HOME=/tmp\n"
+        "    export HOME\n"
+        "fi\n"
+        '[ "$#" -gt 0 ] || set -- python\n'
+        'exec "$@"\n'
     )
     return files
 
@@ -331,7 +344,8 @@ def prepare(
     if groups:  # each layer's step writes its part of the manifest with the image's own module
         files[ctx / "tools" / "manifest.py"] = plan_mod.smoke_sources()["manifest.py"]
     atomic_write_many(files)
-    (ctx / SMOKE_DIR / SMOKE_ENTRY).chmod(0o755)
+    for script in (SMOKE_ENTRY, ENTRY_SCRIPT):
+        (ctx / SMOKE_DIR / script).chmod(0o755)
     if wheels:
         offline = ": every one, so the build asks no package index" if built.source.offline else ""
         say("phase", "wheels", f"{len(wheels)} of {len(lock.pins)} wheel(s) from the wheel cache{offline}")

@@ -29,6 +29,12 @@ def quiet(*_: str) -> None:
 # ---- profile names ------------------------------------------------------------------------------
 
 NAME_RE = re.compile(r"^(cpu|cu\d{3}|rocm\d{2,3})-py3\d{1,2}(-[a-z0-9]+)*$")
+# NAME_RE for people: the rule, not just two samples ("hf-py311" was refused with "cu121-py311" to go by).
+NAME_RULE = (
+    "<cpu|cuXYZ|rocmXY[Z]>-py<XY>[-suffix]: the torch build and Python first (validate checks them "
+    'against the fields), then any suffix of your own, e.g. "cu121-py311" or "cpu-py311-hf"; '
+    "the file's name must match"
+)
 # NAME-<12 hex> (and NAME-untested) must fit Docker's 128-character tag.
 NAME_MAX = 100
 
@@ -140,7 +146,12 @@ IMAGE_UID = 1000  # the image's non-root user
 # period and SIGKILLed the job (no cleanup); and nothing reaped the zombies of orphaned workers.
 # -s: also reaps as a subreaper when something else is PID 1 (`docker run --init`, `envbuild run`).
 INIT_PACKAGE = "tini"
-IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--")
+# Then a shell script of the image's own (buildctx.smoke_files writes it), which gives a user with no
+# home of their own a writable HOME before it execs the command: `docker run -u "$(id -u):$(id -g)"`
+# (the usual way to write files a host user owns) and Kubernetes' runAsUser leave HOME at `/`, and
+# `~/.cache` then failed: Hugging Face datasets' `PermissionError: '/.cache'`, torch.hub, pip.
+ENTRY_SCRIPT = "entrypoint"
+IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", f"/opt/envbuild/{ENTRY_SCRIPT}")
 
 # Packages that must come from the same place as torch: its own builds and the GPU runtime wheels
 # that carry CUDA or ROCm.

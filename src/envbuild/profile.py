@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from envbuild.names import NAME_MAX, NAME_RE, canonical
+from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical
 from envbuild.profilefile import Loaded, read_raw
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
@@ -196,9 +196,9 @@ class Profile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    name: Annotated[
-        str, _Pattern(NAME_RE, "a profile name", '"cu121-py311" or "cpu-py312-dev"'), AfterValidator(_name_length)
-    ] = _doc("Equals the file's stem: <cpu|cuXYZ|rocmXY[Z]>-py<XY>[-suffix], e.g. cu121-py311.", _REQUIRED)
+    name: Annotated[str, _Pattern(NAME_RE, "a profile name", NAME_RULE), AfterValidator(_name_length)] = _doc(
+        "Equals the file's stem: <cpu|cuXYZ|rocmXY[Z]>-py<XY>[-suffix], e.g. cu121-py311.", _REQUIRED
+    )
     extends: str | None = _doc("Another file in the same folder (without .yaml) that this one is deep-merged over.")
     description: Text = _doc("One line for people; shown by `envbuild list`.", default="")
     accelerator: Literal["cuda", "rocm", "cpu"] = _doc("The torch build: cuda, rocm or cpu.", _REQUIRED)

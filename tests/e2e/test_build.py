@@ -77,7 +77,7 @@ def test_docker_stop_stops_the_command_and_orphans_are_reaped(docker_client: Any
     import time
 
     image = docker_client.images.get(built_cpu["image_id"])
-    assert image.attrs["Config"]["Entrypoint"] == ["/usr/bin/tini", "-s", "--"]
+    assert image.attrs["Config"]["Entrypoint"] == ["/usr/bin/tini", "-s", "--", "/opt/envbuild/entrypoint"]
     job = docker_client.containers.run(
         built_cpu["image_id"], ["python", "-c", "import time; print('up', flush=True); time.sleep(600)"], detach=True
     )
@@ -94,6 +94,28 @@ def test_docker_stop_stops_the_command_and_orphans_are_reaped(docker_client: Any
     finally:
         job.remove(force=True)
     assert _run(docker_client, built_cpu["image_id"], "python", "-c", _ZOMBIES).strip() == "0"
+
+
+_CACHE = (
+    "import os, pathlib; d = pathlib.Path.home() / '.cache' / 'envbuild-test'; "
+    "d.mkdir(parents=True, exist_ok=True); print(os.environ['HOME'], d.is_dir())"
+)
+
+
+@pytest.mark.parametrize(
+    ("user", "home"),
+    [("4242:4242", "/tmp"), (None, "/home/envbuild"), ("0", "/root")],
+    ids=["uid", "image-user", "root"],
+)
+def test_every_user_gets_a_writable_home(
+    docker_client: Any, built_cpu: dict[str, Any], user: str | None, home: str
+) -> None:
+    """`docker run -u "$(id -u):$(id -g)"` (a host user's own files in a mounted folder) or
+    Kubernetes' runAsUser give a uid with no passwd entry HOME=/, and `~/.cache` failed: Hugging
+    Face datasets said `PermissionError: [Errno 13] Permission denied: '/.cache'`. A home that
+    works stays as it is."""
+    out = docker_client.containers.run(built_cpu["image_id"], ["python", "-c", _CACHE], user=user, remove=True)
+    assert out.decode().split() == [home, "True"]
 
 
 def test_pip_freeze_equals_the_lockfile(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path) -> None:

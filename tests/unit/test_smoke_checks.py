@@ -152,6 +152,32 @@ def test_the_image_expectations_carry_the_compile_choice_and_the_checks(enginele
     assert plan.compile_packages == ("g++", "ninja-build", "python3.11-dev")
 
 
+@pytest.mark.parametrize(("home", "writable"), [("/nonexistent/home", False), ("", True)], ids=["none", "own"])
+def test_the_image_entrypoint_gives_a_user_without_a_home_a_writable_one(
+    engineless_project: Path, tmp_path: Path, home: str, writable: bool
+) -> None:
+    """The script the image runs after tini, run here with sh: HOME=/ for a uid with no passwd
+    entry made `~/.cache` fail (Hugging Face datasets, torch.hub); a home that works stays."""
+    import subprocess
+
+    from envbuild.names import ENTRY_SCRIPT, IMAGE_ENTRYPOINT
+
+    proj = open_project(str(engineless_project))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"), strict=False)
+    script = tmp_path / ENTRY_SCRIPT
+    script.write_text(buildctx.smoke_files(plan)[ENTRY_SCRIPT])
+    assert IMAGE_ENTRYPOINT[-1] == f"/opt/envbuild/{ENTRY_SCRIPT}"
+    given = home or str(tmp_path)
+    out = subprocess.run(
+        ["sh", str(script), "sh", "-c", 'echo "$HOME" "$0" "$1"', "zero", "a b"],
+        env={"HOME": given, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout == f"{given if writable else '/tmp'} zero a b\n"  # the command and its arguments, as given
+
+
 def test_compile_false_leaves_the_toolchain_out_of_the_dockerfile(write_profile: Callable[..., Path]) -> None:
     from envbuild import render
 
