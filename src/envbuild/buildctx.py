@@ -42,7 +42,6 @@ from envbuild.names import (
     LABEL_TORCH,
     LABEL_VERSION,
     Events,
-    canonical,
     content_digest,
     lock_names,
     quiet,
@@ -195,7 +194,7 @@ def _build_source(plan: Plan, lock: LockSnapshot, placed: dict[Path, str]) -> To
         return src
     index = lock.record.index.rstrip("/")
     from_torch_index = {name for name, pin in lock.pins.items() if pin.source.rstrip("/") == index}
-    if from_torch_index and from_torch_index <= {canonical(name) for name in placed.values()}:
+    if from_torch_index and from_torch_index <= set(placed.values()):  # for_lock's names: canonical
         return dataclasses.replace(src, torch_index=None, torch_index_flat=True)
     return src
 

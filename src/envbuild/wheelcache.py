@@ -183,8 +183,9 @@ def for_lock(
 
 
 def complete(pins: dict[str, Pin], placed: dict[Path, str]) -> bool:
-    """Every locked distribution has its wheel here: an install from them needs no index at all."""
-    return set(pins) <= {canonical(name) for name in placed.values()}
+    """Every locked distribution has its wheel here: an install from them needs no index at all.
+    `placed` is for_lock's: its names are the pins' own keys, canonical already."""
+    return set(pins) <= set(placed.values())
 
 
 @dataclass(frozen=True)
