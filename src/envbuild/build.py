@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildctx, buildfail, buildkit, engine, hostgpu
+from envbuild import buildctx, buildfail, buildkit, engine, hostgpu, smokerecord
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
@@ -32,6 +32,7 @@ from envbuild.names import (
     LABEL_ENV_DIGEST,
     LABEL_SMOKE,
     LABEL_SMOKE_GPU,
+    LABEL_SMOKE_RECORD,
     LABEL_SMOKE_REPORT_VERSION,
     LABEL_SMOKE_TESTED_IMAGE,
     MACHINE_PLATFORMS,
@@ -186,6 +187,11 @@ def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any] | None) ->
         labels[LABEL_SMOKE_TESTED_IMAGE] = image_id
         labels[LABEL_SMOKE_REPORT_VERSION] = str(report["report_version"])
         labels[LABEL_SMOKE_GPU] = next((c["status"] for c in report["checks"] if c["name"] == "gpu"), "skip")
+        # What the test saw, as the child will carry it: the tested image's layers and config, its
+        # labels and the env digest added here (smokerecord.py: how a derived image is told apart).
+        tested = cli.api.inspect_image(image_id)
+        seen = {**((tested.get("Config") or {}).get("Labels") or {}), **labels}
+        labels[LABEL_SMOKE_RECORD] = smokerecord.digest(tested, seen)
     if not labels:
         return image_id
     line = " ".join(f'{k}="{v}"' for k, v in labels.items())

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envbuild import build as build_mod
-from envbuild import engine, freshness, layering, publish, validate
+from envbuild import engine, freshness, layering, publish, smokerecord, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import ProfileError
 from envbuild.names import (
@@ -83,6 +83,7 @@ def classify(
     profile = labels.get(LABEL_PROFILE, "?")
     stage = labels.get(LABEL_STAGE, "runtime")
     tags = [t for t in attrs.get("RepoTags") or [] if t != "<none>:<none>"]
+    smoke = smokerecord.state(attrs)  # altered: a record inherited by a derived image, or edited
     row = ImageRow(
         image_id=image_id,
         profile=profile,
@@ -91,9 +92,9 @@ def classify(
         # The engine's build time: the created label is SOURCE_DATE_EPOCH, the lockfile's commit time.
         created=str(attrs.get("Created", ""))[:19],
         size=int(attrs.get("Size") or 0),
-        smoke="-" if stage == "builder" else "passed" if publish.smoke_passed(labels) else "untested",
+        smoke="-" if stage == "builder" else smoke,
         smoke_gpu=labels.get(LABEL_SMOKE_GPU, "-")
-        if publish.smoke_passed(labels) and labels.get(LABEL_ACCELERATOR, "cpu") != "cpu"
+        if smoke == "passed" and labels.get(LABEL_ACCELERATOR, "cpu") != "cpu"
         else "-",
         state="",
         why="",

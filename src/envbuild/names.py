@@ -74,6 +74,8 @@ LABEL_SMOKE = f"{LABEL_NS}.smoke"
 LABEL_SMOKE_TESTED_IMAGE = f"{LABEL_SMOKE}.tested-image"
 LABEL_SMOKE_REPORT_VERSION = f"{LABEL_SMOKE}.report-version"
 LABEL_SMOKE_GPU = f"{LABEL_SMOKE}.gpu"
+# sha256 of the layers, run-time config and labels the test saw: smokerecord.py says why.
+LABEL_SMOKE_RECORD = f"{LABEL_SMOKE}.record"
 # Every smoke *container* carries this one (value: the image), so leftovers can be found. Not
 # LABEL_SMOKE: a container inherits its image's labels, and that one marks tested images.
 LABEL_SMOKE_CONTAINER = f"{LABEL_NS}.smoke-container"

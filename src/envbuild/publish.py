@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envbuild import engine, freshness
+from envbuild import engine, freshness, smokerecord
 from envbuild import plan as plan_mod
 from envbuild.aptfile import apt_lock_name
 from envbuild.errors import EnvbuildError, PublishError, UsageError, VerifyError
@@ -21,7 +21,6 @@ from envbuild.names import (
     LABEL_CONTENT_DIGEST,
     LABEL_IMAGE_DIGEST,
     LABEL_LOCK_SHA,
-    LABEL_SMOKE,
     Events,
     immutable_tag,
     moving_tag,
@@ -134,10 +133,6 @@ class PushResult:
     digest: str
 
 
-def smoke_passed(labels: dict[str, str]) -> bool:
-    return labels.get(LABEL_SMOKE) == "passed"
-
-
 def push(
     project: Project, prof: Profile, *, repo: str | None, registry: str | None, events: Events | None = None
 ) -> PushResult:
@@ -146,9 +141,11 @@ def push(
     local = moving_tag(repository(project, repo), prof.name)
     image = engine.local_image(cli, local, prof.name)
     labels = dict(image.labels or {})
-    if not smoke_passed(labels):
+    smoke = smokerecord.state(image.attrs)
+    if smoke != "passed":
+        why = "has not passed the smoke test" if smoke == "untested" else smokerecord.ALTERED
         raise PublishError(
-            f"{local} ({image.id[:19]}) has not passed the smoke test; refusing to push it",
+            f"{local} ({image.id[:19]}) {why}; refusing to push it",
             hint=f"build it with the smoke test: envbuild build {prof.name} (without --no-smoke)",
         )
     content = labels.get(LABEL_CONTENT_DIGEST) or labels.get(LABEL_LOCK_SHA, "")  # older images: the lock alone
@@ -206,6 +203,7 @@ class PullResult:
     labels: dict[str, str]
     mismatches: list[str]
     tags: list[str]  # the local tags it now carries, as build would have named it
+    smoke: smokerecord.State = "untested"  # whether its passed-smoke record holds (not just the label)
 
 
 def pull(
@@ -243,6 +241,9 @@ def pull(
     if any(m.startswith("lockfile sha256") for m in mismatches):
         # two hashes say that the lockfiles differ, not how: name the packages
         mismatches += package_differences(cli, image.id, project, prof)
+    smoke = smokerecord.state(image.attrs)
+    if smoke == "altered":  # not the image that passed, whatever its labels say: --verify fails on it
+        mismatches.append(smokerecord.ALTERED)
     if mismatches and verify:
         raise VerifyError(
             f"{ref} does not match the local profile and lockfile:\n  " + "\n  ".join(mismatches),
@@ -254,14 +255,15 @@ def pull(
     local_repo = repository(project, repo)
     moving, immutable = moving_tag(local_repo, prof.name), immutable_tag(local_repo, prof.name, content)
     local = [immutable, moving] if len(content) == 64 else [moving]
-    if not smoke_passed(labels):
-        # Only an image that carries the passed-smoke record may become the profile's image here.
-        mismatches.append(f"it has not passed envbuild's smoke test: not tagged as {moving}")
+    if smoke != "passed":
+        # Only an image whose passed-smoke record holds may become the profile's image here.
+        why = "it has not passed envbuild's smoke test" if smoke == "untested" else "its smoke test does not hold"
+        mismatches.append(f"{why}: not tagged as {moving}")
         local = []
     for local_ref in local:  # the moving tag last, as build does
         name, tag = local_ref.rsplit(":", 1)
         image.tag(name, tag=tag)
-    return PullResult(ref, image.id, pulled_digest, labels, mismatches, local[::-1])
+    return PullResult(ref, image.id, pulled_digest, labels, mismatches, local[::-1], smoke)
 
 
 def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from envbuild import smokerecord
 from envbuild.smoke import host
 
 from .conftest import envbuild
@@ -133,6 +134,9 @@ def test_an_image_built_from_an_envbuild_image_adds_a_package(
     context.seek(0)
     image = docker_client.images.build(fileobj=context, custom_context=True, rm=True)[0]
     try:
+        # it inherits io.envbuild.smoke=passed, but it is not the image that passed
+        assert smokerecord.state(docker_client.images.get(built_cpu["image_id"]).attrs) == "passed"
+        assert smokerecord.state(image.attrs) == "altered"
         said = _run(docker_client, image.id, "python", "-c", "import hello_envbuild; print(hello_envbuild.GREETING)")
         assert "hello from a derived image" in said
         # --lock-match pins: the locked pins hold, the added distribution is listed, the check passes

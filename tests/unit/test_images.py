@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from envbuild import images, profile, project
+from envbuild import images, profile, project, smokerecord
 from envbuild.errors import ProfileError
 from tests.conftest import VALID, Result
 
@@ -19,11 +19,18 @@ def _compare(prof: profile.Profile, labels: dict[str, str]) -> list[str]:
     return [f"{k}: image has {labels.get(k)}" for k, v in CURRENT.items() if labels.get(k) != v]
 
 
-def _attrs(tags: list[str], *, lock: str = "a" * 64, smoke: bool = True, name: str = "cu121-py311") -> dict[str, Any]:
+def _attrs(
+    tags: list[str], *, lock: str = "a" * 64, smoke: bool = True, name: str = "cu121-py311", **more: str
+) -> dict[str, Any]:
+    """An image's inspect attributes; `smoke`: with a passed-smoke record that holds for it."""
     labels = {"io.envbuild.profile": name, "io.envbuild.lock-sha256": lock, "io.envbuild.image-digest": "d" * 64}
+    labels |= {f"io.envbuild.{k.replace('_', '.')}": v for k, v in more.items()}
+    attrs = {"RepoTags": tags, "Created": "2026-11-30T01:02:03.456Z", "Size": 123, "Config": {"Labels": labels}}
+    attrs["RootFS"] = {"Layers": ["sha256:" + "e" * 64]}
     if smoke:
         labels["io.envbuild.smoke"] = "passed"
-    return {"RepoTags": tags, "Created": "2026-11-30T01:02:03.456Z", "Size": 123, "Config": {"Labels": labels}}
+        labels["io.envbuild.smoke.record"] = smokerecord.digest(attrs)
+    return attrs
 
 
 def _row(
@@ -216,8 +223,7 @@ def test_an_image_pulled_by_digest_is_judged_by_its_labels_not_as_a_leftover() -
 def test_a_gpu_image_tested_without_a_gpu_says_so(accelerator: str, gpu_label: str, expected: str) -> None:
     """A CUDA image built on a CPU runner passes its smoke test with the GPU checks skipped; `images`
     and `status` must not let that read as a GPU-tested image."""
-    attrs = _attrs(["envbuild:cu121-py311"])
-    attrs["Config"]["Labels"] |= {"io.envbuild.accelerator": accelerator, "io.envbuild.smoke.gpu": gpu_label}
+    attrs = _attrs(["envbuild:cu121-py311"], accelerator=accelerator, smoke_gpu=gpu_label)
     assert _row(attrs).smoke_gpu == expected
     assert _row(_attrs(["envbuild:cu121-py311"], smoke=False)).smoke_gpu == "-"  # never tested: nothing to say
 
@@ -225,6 +231,58 @@ def test_a_gpu_image_tested_without_a_gpu_says_so(accelerator: str, gpu_label: s
 def test_status_carries_the_gpu_check_of_the_current_tested_image() -> None:
     from envbuild import status
 
-    attrs = _attrs(["envbuild:cu121-py311"])
-    attrs["Config"]["Labels"] |= {"io.envbuild.accelerator": "cuda", "io.envbuild.smoke.gpu": "skip"}
+    attrs = _attrs(["envbuild:cu121-py311"], accelerator="cuda", smoke_gpu="skip")
     assert status.image_state([_row(attrs)], "cu121-py311") == ("tested", "envbuild:cu121-py311", "skip")
+
+
+def _derived(attrs: dict[str, Any], **change: Any) -> dict[str, Any]:
+    """An image built FROM `attrs`: its labels inherited, as Docker does."""
+    import copy
+
+    child = copy.deepcopy(attrs)
+    for key, value in change.items():
+        if key == "layer":
+            child["RootFS"]["Layers"].append(value)
+        elif key == "labels":
+            child["Config"]["Labels"] |= value
+        else:
+            child["Config"][key] = value
+    return child
+
+
+@pytest.mark.parametrize(
+    ("change", "smoke"),
+    [
+        ({"layer": "sha256:" + "f" * 64}, "altered"),  # FROM tested + RUN pip install x
+        ({"labels": {"io.envbuild.torch": "2.5.1"}}, "altered"),  # relabelled: the labels would lie
+        ({"Env": ["PATH=/usr/bin", "LD_PRELOAD=/x.so"]}, "altered"),  # what runs is not what was tested
+        ({"Entrypoint": ["/bin/sh"]}, "altered"),
+        ({"labels": {"maintainer": "me", "com.example.team": "ml"}}, "passed"),  # a team's own labels only
+        ({}, "passed"),
+    ],
+)
+def test_a_smoke_record_holds_only_for_the_image_that_passed(change: dict[str, Any], smoke: str) -> None:
+    """Labels are inherited: an image derived from a tested one, or relabelled, carried
+    io.envbuild.smoke=passed, and push, pull and images took it for the tested image."""
+    tested = _attrs(["envbuild:cu121-py311"])
+    row = _row(_derived(tested, **change))
+    assert row.smoke == smoke
+    assert status_of(row) == ("tested" if smoke == "passed" else "untested")
+
+
+def status_of(row: images.ImageRow) -> str:
+    from envbuild import status
+
+    return status.image_state([row], "cu121-py311")[0]
+
+
+def test_the_record_the_build_writes_holds_for_the_labels_only_child() -> None:
+    """build.mark_smoke_passed computes the record from the tested image and the labels its child
+    adds; the child, which adds labels and nothing else, must then read as passed."""
+    tested = _attrs(["x"], smoke=False)
+    added = {"io.envbuild.env-digest": "c" * 64, "io.envbuild.smoke": "passed", "io.envbuild.smoke.gpu": "skip"}
+    record = smokerecord.digest(tested, {**tested["Config"]["Labels"], **added})
+    child = _derived(tested, labels={**added, "io.envbuild.smoke.record": record})
+    assert smokerecord.state(child) == "passed" and smokerecord.state(tested) == "untested"
+    forged = _derived(child, labels={"io.envbuild.smoke.record": "0" * 64})
+    assert smokerecord.state(forged) == "altered"

@@ -79,7 +79,7 @@ def pull(
         "rocm": res.labels.get(f"{ns}.rocm"),
         "python": res.labels.get(f"{ns}.python"),
         "created": res.labels.get("org.opencontainers.image.created"),
-        "smoke": res.labels.get(f"{ns}.smoke", "not tested"),
+        "smoke": res.smoke,  # passed | untested | altered: the record checked, not the label read
         "mismatches": res.mismatches,
         "tags": res.tags,
     }

@@ -1,0 +1,68 @@
+"""The smoke test's record on an image, and whether it holds for the image that carries it.
+
+A build marks a tested image with labels (`io.envbuild.smoke=passed`, ...) in a child image that adds
+labels and nothing else. Labels are inherited: `FROM tested` + `RUN pip install x`, or a `LABEL` that
+rewrites `io.envbuild.torch`, gave an image that `push`, `pull` and `images` took for the tested one.
+So the record also carries a digest of what the test saw: the image's layers (their diff IDs), the
+run-time config (Env, Entrypoint, Cmd, User, WorkingDir) and envbuild's and the OCI labels. A label-only
+child keeps all three; any image derived or altered since does not, and its record no longer holds.
+
+Not a signature: whoever recomputes the digest can forge it. It tells a derived or edited image from the
+tested one; signing (cosign) is what stops a forger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from envbuild.names import (
+    LABEL_NS,
+    LABEL_SMOKE,
+    LABEL_SMOKE_GPU,
+    LABEL_SMOKE_RECORD,
+    LABEL_SMOKE_REPORT_VERSION,
+    LABEL_SMOKE_TESTED_IMAGE,
+)
+
+# The record's own labels, which the tested image did not have yet.
+RECORD_LABELS = frozenset(
+    {LABEL_SMOKE, LABEL_SMOKE_TESTED_IMAGE, LABEL_SMOKE_REPORT_VERSION, LABEL_SMOKE_GPU, LABEL_SMOKE_RECORD}
+)
+CONFIG_KEYS = ("Env", "Entrypoint", "Cmd", "User", "WorkingDir")
+_COVERED_PREFIXES = (f"{LABEL_NS}.", "org.opencontainers.image.")
+
+State = Literal["passed", "untested", "altered"]
+
+
+def digest(attrs: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> str:
+    """sha256 of what the smoke test saw, from an image's inspect attributes. `labels`: the labels to
+    count instead of the image's own (the build's, which the marking child adds to the tested image)."""
+    config = attrs.get("Config") or {}
+    given = (config.get("Labels") or {}) if labels is None else labels
+    payload = {
+        "layers": list((attrs.get("RootFS") or {}).get("Layers") or []),
+        "config": {key: config.get(key) for key in CONFIG_KEYS},
+        "labels": {
+            k: v for k, v in sorted(given.items()) if k.startswith(_COVERED_PREFIXES) and k not in RECORD_LABELS
+        },
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def state(attrs: Mapping[str, Any]) -> State:
+    """passed: the record is there and holds for this image; untested: no record; altered: a record
+    inherited or edited, which does not hold (a derived image, relabelled, or one older than the
+    record's digest)."""
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    if labels.get(LABEL_SMOKE) != "passed":
+        return "untested"
+    return "passed" if labels.get(LABEL_SMOKE_RECORD) == digest(attrs) else "altered"
+
+
+ALTERED = (
+    "its smoke-test record does not hold: its layers, run-time config or envbuild labels differ from "
+    "the image that passed (an image derived from it, relabelled, or altered)"
+)
