@@ -86,6 +86,41 @@ def test_a_file_changed_inside_the_image_fails_the_integrity_check_naming_its_di
     assert _check(built_cpu["smoke"], "integrity")["status"] == "pass"
 
 
+_REWRITE_ENTRY = (
+    "import hashlib, json; p = '/opt/envbuild/manifest.json'; m = json.load(open(p)); "
+    "rel = 'lib/python3.11/site-packages/numpy/__init__.py'; "
+    "m['files'][rel] = [m['files'][rel][0], hashlib.sha256(open('/opt/venv/' + rel, 'rb').read()).hexdigest()]; "
+    "json.dump(m, open(p, 'w'), sort_keys=True, separators=(',', ':'))"
+)
+
+
+def test_a_tampered_file_and_manifest_or_a_rewritten_label_fail_the_smoke_test(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """Both passed every check before: a file changed with its manifest entry rewritten to match,
+    and `LABEL io.envbuild.torch=2.5.1` on an image that holds torch 2.13.0."""
+    tampered = derived(
+        docker_client,
+        built_cpu["image_id"],
+        "USER root",
+        "RUN echo '# changed' >> /opt/venv/lib/python3.11/site-packages/numpy/__init__.py",
+        f'RUN python -c "{_REWRITE_ENTRY}"',
+        "USER 1000:1000",
+    )
+    relabelled = derived(docker_client, built_cpu["image_id"], 'LABEL io.envbuild.torch="2.5.1"')
+    try:
+        report = host.run_in_image(docker_client, tampered.id, gpus="none", accelerator="cpu")
+        assert not report["passed"] and report["failed"] == ["integrity"], report["failed"]
+        assert "manifest.json was changed after the build" in _check(report, "integrity")["reason"]
+        report = host.run_in_image(docker_client, relabelled.id, gpus="none", accelerator="cpu")
+        assert not report["passed"] and report["failed"] == ["labels"], report["failed"]
+        assert "io.envbuild.torch='2.5.1' but the image holds torch 2.13.0" in _check(report, "labels")["reason"]
+    finally:
+        for image in (tampered, relabelled):
+            docker_client.images.remove(image.id, force=True)
+    assert _check(built_cpu["smoke"], "labels")["status"] == "pass"
+
+
 def test_diff_names_what_a_derived_image_added_and_agrees_with_the_lockfile(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path
 ) -> None:

@@ -296,6 +296,58 @@ def test_the_integrity_check_names_changed_added_and_removed_files(tmp_path: Pat
         integrity.check_integrity(ctx, Result("integrity"))
 
 
+def test_a_manifest_edited_with_the_files_it_lists_fails_the_integrity_check(tmp_path: Path) -> None:
+    """A file changed and its manifest entry rewritten to match: the files agree with the manifest,
+    but the manifest is no longer the one the build wrote (its digest is the env-digest)."""
+    import hashlib
+
+    from envbuild.smoke.inside import integrity
+
+    venv, folder = _image_like(tmp_path)
+    target = venv / "lib" / "site-packages" / "numpy" / "__init__.py"
+    target.write_text("x = 1  # patched\n")
+    written = json.loads((folder / "manifest.json").read_text())
+    rel = str(target.relative_to(venv))
+    written["files"][rel] = [written["files"][rel][0], hashlib.sha256(target.read_bytes()).hexdigest()]
+    (folder / "manifest.json").write_text(json.dumps(written))
+    with pytest.raises(CheckFailed, match=r"manifest.json was changed after the build: its digest is [0-9a-f]{12}"):
+        integrity.check_integrity(_ctx(expect_path=str(folder / "expect.json")), Result("integrity"))
+
+
+def _labels_report(**found: Any) -> dict[str, Any]:
+    expect = {"profile": "cpu-py311", "accelerator": "cpu", "python": "3.11", "torch": "2.13.0", "numpy": "2.1.3"}
+    checks = [{"name": "integrity", "status": "pass", "facts": {"env_digest": "e" * 64}}]
+    return {"expect": expect | found, "checks": checks, "passed": True, "failed": []}
+
+
+@pytest.mark.parametrize(
+    ("labels", "wrong"),
+    [
+        ({"io.envbuild.torch": "2.13.0", "io.envbuild.env-digest": "e" * 64}, None),
+        ({}, None),  # an image without envbuild's labels: nothing to compare
+        ({"io.envbuild.torch": "2.5.1"}, "io.envbuild.torch='2.5.1' but the image holds torch 2.13.0"),
+        ({"io.envbuild.profile": "cu121-py311"}, "io.envbuild.profile='cu121-py311' but the image holds profile"),
+        ({"io.envbuild.env-digest": "f" * 64}, "io.envbuild.env-digest is ffffffffffff but the environment's is eeee"),
+    ],
+)
+def test_the_labels_check_fails_an_image_whose_labels_say_something_else(
+    labels: dict[str, str], wrong: str | None
+) -> None:
+    """`LABEL io.envbuild.torch=2.5.1` in a derived Dockerfile passed every check inside the image,
+    which reads expect.json, not labels; `docker inspect`, `images` and `pull --verify` read labels."""
+    from envbuild.smoke import labels as labels_check
+
+    report = _labels_report()
+    labels_check.add(labels, report)
+    entry = report["checks"][-1]
+    assert entry["name"] == "labels"
+    if wrong is None:
+        assert entry["status"] == "pass" and report["passed"] and report["failed"] == []
+    else:
+        assert entry["status"] == "fail" and wrong in entry["reason"] and entry["remedy"]
+        assert not report["passed"] and report["failed"] == ["labels"]
+
+
 def test_a_derived_image_s_added_distribution_fails_exact_with_the_pins_hint_and_passes_pins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

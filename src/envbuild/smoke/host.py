@@ -21,6 +21,7 @@ from envbuild.hostgpu import check_gpus, check_shm_size, gpus_for
 from envbuild.names import LABEL_ACCELERATOR, LABEL_SMOKE_CONTAINER, SMOKE_SHM_SIZE
 from envbuild.profile import Profile
 from envbuild.project import Project
+from envbuild.smoke import labels as labels_check
 from envbuild.smoke.inside.core import GPU_REFUSED_ENV
 
 STALE_AFTER_S = 600.0
@@ -177,6 +178,8 @@ def run_in_image(
         raise SmokeError(f"the smoke test crashed (exit {code}) before its report:\n{err[-2000:]}") from exc
     report["exit_code"] = code
     report["image"] = image
+    if report.get("checks"):  # the labels must say what the checks found inside
+        labels_check.add((cli.api.inspect_image(image).get("Config") or {}).get("Labels") or {}, report)
     if refused is not None:
         report["gpu_refused"] = refused
     return report

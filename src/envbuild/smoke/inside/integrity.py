@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import Any
 
 from .core import CheckFailed, Context, Result, Skip, _canon
-from .manifest import DIGEST, MANIFEST, scan
+from .manifest import DIGEST, MANIFEST, digest, scan
 
 SHOWN = 5
 
@@ -66,6 +66,14 @@ def check_integrity(ctx: Context, r: Result) -> None:
         manifest: dict[str, Any] = json.load(fh)
     with open(digest_path, encoding="utf-8") as fh:
         r.facts["env_digest"] = fh.read().strip()
+    if digest(manifest) != r.facts["env_digest"]:
+        # Edited together with the files it lists, the manifest would vouch for them: the digest the
+        # build wrote beside it (and into the image's env-digest label) says it is the build's.
+        raise CheckFailed(
+            f"{manifest_path} was changed after the build: its digest is {digest(manifest)[:12]}, "
+            f"the build's (env-digest) {r.facts['env_digest'][:12]}",
+            ctx.environment_remedy(),
+        )
     root = str(manifest["root"])
     recorded: dict[str, list[Any]] = manifest["files"]
     current = scan(root)

@@ -1,0 +1,83 @@
+"""The `labels` check, run on the host after the in-image report: an image's labels say what is
+inside (`docker inspect`, `images`, `pull --verify` read them), so they must agree with what the
+smoke test found there. A derived image can rewrite any label (`LABEL io.envbuild.torch=2.5.1`) and
+still pass every check inside, which reads the image's own expect.json, not its labels."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from envbuild.names import (
+    LABEL_ACCELERATOR,
+    LABEL_CUDA,
+    LABEL_ENV_DIGEST,
+    LABEL_NUMPY,
+    LABEL_PROFILE,
+    LABEL_PYTHON,
+    LABEL_ROCM,
+    LABEL_TORCH,
+)
+
+NAME = "labels"
+# label -> the key of the report's `expect` (what the image was built to hold; the in-image
+# `versions` check holds the environment to it)
+_EXPECTED = {
+    LABEL_PROFILE: "profile",
+    LABEL_ACCELERATOR: "accelerator",
+    LABEL_PYTHON: "python",
+    LABEL_TORCH: "torch",
+    LABEL_NUMPY: "numpy",
+    LABEL_CUDA: "cuda",
+    LABEL_ROCM: "rocm",
+}
+
+
+def _found(report: Mapping[str, Any], check: str, fact: str) -> str | None:
+    for c in report.get("checks") or []:
+        if c.get("name") == check and c.get("status") == "pass":
+            value = (c.get("facts") or {}).get(fact)
+            return str(value) if value else None
+    return None
+
+
+def check(labels: Mapping[str, str], report: dict[str, Any]) -> dict[str, Any]:
+    """The check's entry for the report: each envbuild label that the image carries against what the
+    smoke test found. Labels it does not carry are not compared (envbuild adds the env digest only
+    after the test)."""
+    expect = report.get("expect") or {}
+    wrong = []
+    compared = []
+    for label, key in _EXPECTED.items():
+        if label in labels and expect.get(key) not in (None, ""):
+            compared.append(label)
+            if labels[label] != str(expect[key]):
+                wrong.append(f"{label}={labels[label]!r} but the image holds {key} {expect[key]}")
+    digest = _found(report, "integrity", "env_digest")
+    if LABEL_ENV_DIGEST in labels and digest:
+        compared.append(LABEL_ENV_DIGEST)
+        if labels[LABEL_ENV_DIGEST] != digest:
+            wrong.append(
+                f"{LABEL_ENV_DIGEST} is {labels[LABEL_ENV_DIGEST][:12]} but the environment's is {digest[:12]}"
+            )
+    entry: dict[str, Any] = {
+        "name": NAME,
+        "status": "fail" if wrong else "pass",
+        "reason": ("the image's labels do not say what is inside: " + "; ".join(wrong)) if wrong else "",
+        "remedy": "rebuild it (envbuild build NAME), or pull the image that was published; a label "
+        "rewritten after the build (LABEL in a derived Dockerfile) is what this finds"
+        if wrong
+        else "",
+        "seconds": 0.0,
+        "facts": {"compared": compared},
+    }
+    return entry
+
+
+def add(labels: Mapping[str, str], report: dict[str, Any]) -> None:
+    """Append the check to `report`, and fail the report when it fails."""
+    entry = check(labels, report)
+    report.setdefault("checks", []).append(entry)
+    if entry["status"] == "fail":
+        report["passed"] = False
+        report.setdefault("failed", []).append(NAME)
