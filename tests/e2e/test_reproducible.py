@@ -94,11 +94,12 @@ _REWRITE_ENTRY = (
 )
 
 
-def test_a_tampered_file_and_manifest_or_a_rewritten_label_fail_the_smoke_test(
+def test_a_tampered_file_and_manifest_a_rewritten_label_or_an_os_python_edit_fail_the_smoke_test(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:
-    """Both passed every check before: a file changed with its manifest entry rewritten to match,
-    and `LABEL io.envbuild.torch=2.5.1` on an image that holds torch 2.13.0."""
+    """All three passed every check before: a file changed with its manifest entry rewritten to
+    match, `LABEL io.envbuild.torch=2.5.1` on an image that holds torch 2.13.0, and a sitecustomize.py
+    (run at every start) in the OS Python the venv runs on."""
     tampered = derived(
         docker_client,
         built_cpu["image_id"],
@@ -108,6 +109,14 @@ def test_a_tampered_file_and_manifest_or_a_rewritten_label_fail_the_smoke_test(
         "USER 1000:1000",
     )
     relabelled = derived(docker_client, built_cpu["image_id"], 'LABEL io.envbuild.torch="2.5.1"')
+    # Debian's stdlib sitecustomize.py is a link into /etc: the edit lands outside every scanned folder
+    customised = derived(
+        docker_client,
+        built_cpu["image_id"],
+        "USER root",
+        "RUN echo 'import sys' > /usr/lib/python3.11/sitecustomize.py",
+        "USER 1000:1000",
+    )
     try:
         report = host.run_in_image(docker_client, tampered.id, gpus="none", accelerator="cpu")
         assert not report["passed"] and report["failed"] == ["integrity"], report["failed"]
@@ -115,8 +124,12 @@ def test_a_tampered_file_and_manifest_or_a_rewritten_label_fail_the_smoke_test(
         report = host.run_in_image(docker_client, relabelled.id, gpus="none", accelerator="cpu")
         assert not report["passed"] and report["failed"] == ["labels"], report["failed"]
         assert "io.envbuild.torch='2.5.1' but the image holds torch 2.13.0" in _check(report, "labels")["reason"]
+        report = host.run_in_image(docker_client, customised.id, gpus="none", accelerator="cpu")
+        assert not report["passed"] and report["failed"] == ["integrity"], report["failed"]
+        said = _check(report, "integrity")["reason"]
+        assert "the base Python (/usr/lib/python3.11): 1 file(s) changed (sitecustomize.py)" in said
     finally:
-        for image in (tampered, relabelled):
+        for image in (tampered, relabelled, customised):
             docker_client.images.remove(image.id, force=True)
     assert _check(built_cpu["smoke"], "labels")["status"] == "pass"
 

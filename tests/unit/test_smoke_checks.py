@@ -20,7 +20,7 @@ from tests.conftest import Result as CliResult
 
 
 def _ctx(expect: dict[str, Any] | None = None, **kw: Any) -> Context:
-    return Context(expect=expect or {}, gpus="none", timeout=60, lock_match="exact", **kw)
+    return Context(**{"expect": expect or {}, "gpus": "none", "timeout": 60, "lock_match": "exact", **kw})
 
 
 def test_a_profile_that_opts_out_skips_the_compile_check_with_its_reason() -> None:
@@ -215,6 +215,23 @@ def test_the_smoke_package_runs_without_envbuild(tmp_path: Path) -> None:
     assert "--min-peak" in proc.stdout
 
 
+@pytest.fixture(autouse=True)
+def _small_stdlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The manifest records the base Python's standard library; this host's (pyenv's, with its test
+    suite) takes seconds to hash, so each test gets one of two files."""
+    from envbuild.smoke.inside import manifest
+
+    stdlib = tmp_path / "stdlib"
+    (stdlib / "__pycache__").mkdir(parents=True)
+    (stdlib / "os.py").write_text("sep = '/'\n")
+    (stdlib / "__pycache__" / "os.cpython-311.pyc").write_bytes(b"\x00pyc")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "sitecustomize.py").write_text("# Debian's, empty\n")
+    (stdlib / "sitecustomize.py").symlink_to(tmp_path / "etc" / "sitecustomize.py")  # as Debian has it
+    monkeypatch.setattr(manifest, "_stdlib", lambda: str(stdlib))
+    return stdlib
+
+
 def _image_like(tmp_path: Path) -> tuple[Path, Path]:
     """An /opt/envbuild and an /opt/venv in miniature, with the manifest the build step writes."""
     from envbuild.smoke.inside import manifest
@@ -294,6 +311,35 @@ def test_the_integrity_check_names_changed_added_and_removed_files(tmp_path: Pat
     (venv / "bin" / "python").unlink()
     with pytest.raises(CheckFailed, match=r"1 file\(s\) removed \(bin/python\)"):
         integrity.check_integrity(ctx, Result("integrity"))
+
+
+def test_a_change_to_the_base_python_s_standard_library_fails_the_integrity_check(
+    tmp_path: Path, _small_stdlib: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A venv runs on the OS Python: a sitecustomize.py dropped into its standard library runs at
+    every start, and a scan of the venv alone never saw it. An apt upgrade in a derived image
+    (--lock-match pins, with the OS packages changed) is listed, not failed."""
+    from envbuild.smoke.inside import integrity
+
+    _, folder = _image_like(tmp_path)
+    written = json.loads((folder / "manifest.json").read_text())
+    assert sorted(written["interpreter"]["files"]) == ["__pycache__/os.cpython-311.pyc", "os.py", "sitecustomize.py"]
+    ctx = _ctx(expect_path=str(folder / "expect.json"))
+    integrity.check_integrity(ctx, Result("integrity"))
+    (_small_stdlib / "sitecustomize.py").write_text("import os\n")  # through the link, into etc/
+    (_small_stdlib / "usercustomize.py").write_text("import os\n")
+    with pytest.raises(CheckFailed) as failed:
+        integrity.check_integrity(ctx, Result("integrity"))
+    said = failed.value.reason
+    assert f"the base Python ({_small_stdlib}): 1 file(s) changed (sitecustomize.py)" in said
+    assert f"the base Python ({_small_stdlib}): 1 file(s) added (usercustomize.py)" in said
+    pins = _ctx(expect_path=str(folder / "expect.json"), lock_match="pins")
+    with pytest.raises(CheckFailed):  # the same OS packages: a hand edit, whatever the mode
+        integrity.check_integrity(pins, Result("integrity"))
+    monkeypatch.setattr(integrity, "os_packages", lambda: {"libpython3.11-stdlib": "3.11.2-6+deb12u9"})
+    r = Result("integrity")
+    integrity.check_integrity(pins, r)
+    assert "an apt upgrade" in r.facts["base_python_changed"]
 
 
 def test_a_manifest_edited_with_the_files_it_lists_fails_the_integrity_check(tmp_path: Path) -> None:

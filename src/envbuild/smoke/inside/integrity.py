@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import Any
 
 from .core import CheckFailed, Context, Result, Skip, _canon
-from .manifest import DIGEST, MANIFEST, digest, scan
+from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
 
 SHOWN = 5
 
@@ -53,6 +53,30 @@ def _say(kind: str, grouped: dict[str, list[str]]) -> str:
     )
 
 
+def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -> list[str]:
+    """What changed in the base Python a venv runs on (manifest.interpreter says why it is
+    recorded): its binary and standard library against the build's record. With --lock-match pins and
+    changed OS packages (an apt upgrade in a derived image) it is listed in the facts, not failed."""
+    then = manifest.get("interpreter")
+    if not then:
+        return []  # a conda env holds its own Python, under root
+    now = interpreter(root) or {"files": {}, "executable": None}
+    where = f"the base Python ({then['stdlib']})"
+    problems = [f"{where}: {then['executable'][0]} changed"] if now["executable"] != then["executable"] else []
+    before, after = then["files"], now["files"]
+    for kind, paths in (
+        ("changed", [p for p, v in before.items() if p in after and after[p] != v]),
+        ("removed", [p for p in before if p not in after]),
+        ("added", [p for p in after if p not in before]),
+    ):
+        if paths:
+            problems.append(_say(kind, {where: sorted(paths)}))
+    if problems and ctx.lock_match == "pins" and os_packages() != manifest.get("os_packages"):
+        r.facts["base_python_changed"] = "; ".join(problems) + " (with the OS packages: an apt upgrade)"
+        return []
+    return problems
+
+
 def check_integrity(ctx: Context, r: Result) -> None:
     # beside expect.json: the image's /opt/envbuild; a local run's folder has none
     folder = os.path.dirname(ctx.expect_path or MANIFEST)
@@ -81,11 +105,12 @@ def check_integrity(ctx: Context, r: Result) -> None:
     changed = [p for p, v in recorded.items() if p in current and current[p] != v]
     removed = [p for p in recorded if p not in current]
     added = [p for p in current if p not in recorded]
-    if not (changed or removed or added):
+    base = _base_python(manifest, root, ctx, r)
+    if not (changed or removed or added or base):
         return
     owners = _owners(root)
     locked = {_canon(k) for k in (ctx.expect.get("packages") or {})}
-    problems = []
+    problems = list(base)
     if changed:
         problems.append(_say("changed", _by_owner(changed, owners)))
     if removed:
@@ -99,7 +124,9 @@ def check_integrity(ctx: Context, r: Result) -> None:
     if added_by:
         problems.append(_say("added", added_by))
     if problems:
-        only_added = not (changed or removed) and all(d not in locked and d != "(no distribution)" for d in added_by)
+        only_added = not (changed or removed or base) and all(
+            d not in locked and d != "(no distribution)" for d in added_by
+        )
         raise CheckFailed(
             "the environment differs from the image's build manifest: " + "; ".join(problems),
             ctx.environment_remedy(only_added=only_added),

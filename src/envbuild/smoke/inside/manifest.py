@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import sysconfig
 from typing import Any
 
 MANIFEST = "/opt/envbuild/manifest.json"
@@ -32,6 +33,7 @@ def scan(root: str, known: dict[str, list[Any]] | None = None) -> dict[str, list
     `known`: entries already hashed (a layer's part of the manifest), taken as they are for a file of
     the same mode; every other file is hashed here, and every link read."""
     files: dict[str, list[Any]] = {}
+    inside = os.path.realpath(root) + os.sep
     for folder, dirs, names in os.walk(root):
         dirs.sort()
         for name in sorted(names):
@@ -40,6 +42,11 @@ def scan(root: str, known: dict[str, list[Any]] | None = None) -> dict[str, list
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):
                 files[rel] = ["link", os.readlink(path)]
+                real = os.path.realpath(path)
+                if not real.startswith(inside) and os.path.isfile(real):
+                    # what it points to outside root counts too: Debian's stdlib sitecustomize.py is
+                    # a link to /etc/python3.11/sitecustomize.py, and an edit there runs at every start
+                    files[rel].append(_sha256(real))
             elif stat.S_ISREG(st.st_mode):
                 mode = oct(stat.S_IMODE(st.st_mode))
                 had = (known or {}).get(rel)
@@ -57,8 +64,32 @@ def os_packages() -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def _stdlib() -> str:
+    return sysconfig.get_paths()["stdlib"]
+
+
+def interpreter(root: str) -> dict[str, Any] | None:
+    """The Python the environment runs on, where it lies outside root: a venv's base interpreter (the
+    OS Python), its binary and its standard library, which every import reaches (a sitecustomize.py
+    dropped there runs at every start) and a scan of the venv never sees. None for a conda env,
+    which holds its own Python."""
+    stdlib = _stdlib()
+    if os.path.realpath(stdlib).startswith(os.path.realpath(root) + os.sep):
+        return None
+    exe = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+    return {"stdlib": stdlib, "files": scan(stdlib), "executable": [exe, _sha256(exe)]}
+
+
+def _manifest(root: str, files: dict[str, list[Any]]) -> dict[str, Any]:
+    out = {"version": MANIFEST_VERSION, "root": root, "files": files, "os_packages": os_packages()}
+    base = interpreter(root)
+    if base is not None:
+        out["interpreter"] = base
+    return out
+
+
 def build(root: str = VENV) -> dict[str, Any]:
-    return {"version": MANIFEST_VERSION, "root": root, "files": scan(root), "os_packages": os_packages()}
+    return _manifest(root, scan(root))
 
 
 def merge(root: str, parts: list[str]) -> dict[str, Any]:
@@ -73,11 +104,12 @@ def merge(root: str, parts: list[str]) -> dict[str, Any]:
     for part in parts:
         with open(part, encoding="utf-8") as fh:
             known.update(json.load(fh)["files"])
-    return {"version": MANIFEST_VERSION, "root": root, "files": scan(root, known), "os_packages": os_packages()}
+    return _manifest(root, scan(root, known))
 
 
 def digest(manifest: dict[str, Any]) -> str:
-    """sha256 of the manifest's canonical JSON: equal for two environments with equal files and packages."""
+    """sha256 of the manifest's canonical JSON: equal for two environments with equal files, packages
+    and base interpreter (Debian's byte code for its standard library is the same build to build)."""
     blob = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
