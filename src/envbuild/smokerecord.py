@@ -64,5 +64,6 @@ def state(attrs: Mapping[str, Any]) -> State:
 
 ALTERED = (
     "its smoke-test record does not hold: its layers, run-time config or envbuild labels differ from "
-    "the image that passed (an image derived from it, relabelled, or altered)"
+    "the image that passed (an image derived from it, relabelled, or altered), or an envbuild older "
+    "than the record built it"
 )
