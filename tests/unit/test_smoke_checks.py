@@ -333,6 +333,7 @@ def test_a_change_to_the_base_python_s_standard_library_fails_the_integrity_chec
     said = failed.value.reason
     assert f"the base Python ({_small_stdlib}): 1 file(s) changed (sitecustomize.py)" in said
     assert f"the base Python ({_small_stdlib}): 1 file(s) added (usercustomize.py)" in said
+    assert "check it with --lock-match pins" in failed.value.remedy
     pins = _ctx(expect_path=str(folder / "expect.json"), lock_match="pins")
     with pytest.raises(CheckFailed):  # the same OS packages: a hand edit, whatever the mode
         integrity.check_integrity(pins, Result("integrity"))

@@ -127,7 +127,10 @@ def check_integrity(ctx: Context, r: Result) -> None:
         only_added = not (changed or removed or base) and all(
             d not in locked and d != "(no distribution)" for d in added_by
         )
-        raise CheckFailed(
-            "the environment differs from the image's build manifest: " + "; ".join(problems),
-            ctx.environment_remedy(only_added=only_added),
-        )
+        remedy = ctx.environment_remedy(only_added=only_added)
+        if base and ctx.lock_match == "exact" and not (changed or removed or added_by):
+            remedy = (
+                "the OS Python changed: after an apt upgrade in an image built FROM this one, check it with "
+                "--lock-match pins, which lists that; otherwise " + remedy
+            )
+        raise CheckFailed("the environment differs from the image's build manifest: " + "; ".join(problems), remedy)
