@@ -31,12 +31,17 @@ class Made:
         self.images: list[str] = []
         self.containers: list[Any] = []
 
-    def image(self, labels: dict[str, str], tags: list[str], *, blob_mb: int = 0) -> str:
+    def image(self, labels: dict[str, str], tags: list[str], *, blob_mb: int = 0, smoke: bool = False) -> str:
+        """`smoke`: marked as build marks an image that passed (a record that holds, not a bare label)."""
         # A layer of its own (random bytes) where the test measures what pruning frees.
         run = f"RUN head -c {blob_mb * 1_000_000} /dev/urandom > /blob\n" if blob_mb else ""
         dockerfile = f"FROM {BASE}\n{run}"
         image, _ = self.cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), labels=labels, rm=True, forcerm=True)
         self.images.append(image.id)
+        if smoke:
+            marked = build.mark_smoke_passed(self.cli, image.id, {"report_version": 1, "checks": []})
+            image = self.cli.images.get(marked)
+            self.images.append(image.id)
         for ref in tags:
             repo, tag = ref.rsplit(":", 1)
             image.tag(repo, tag=tag)
@@ -79,7 +84,7 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     source = f"file://{proj}"
     repo = f"{repo_name}-images"
 
-    def labels(name: str, sha: str, *, smoke: bool = True, src: str = source) -> dict[str, str]:
+    def labels(name: str, sha: str, *, src: str = source) -> dict[str, str]:
         out = {
             "io.envbuild.profile": name,
             "io.envbuild.lock-sha256": sha,
@@ -88,19 +93,21 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
         }
         if name == "cpu-py311":
             out["io.envbuild.apt-lock-sha256"] = apt_sha  # the OS packages it was built with
-        if smoke:
-            out["io.envbuild.smoke"] = "passed"
         return out
 
     old = "0" * 64
-    current = made.image(labels("cpu-py311", lock_sha), [f"{repo}:cpu-py311", f"{repo}:cpu-py311-{lock_sha[:12]}"])
-    stale = made.image(labels("cpu-py311", old, smoke=False), [f"{repo}:cpu-py311-{old[:12]}"], blob_mb=8)
-    stale_moving = made.image(labels("cu121-py311", old), [f"{repo}:cu121-py311"])
-    leftover = made.image(labels("cpu-py311", "1" * 64, smoke=False), [])
-    orphan = made.image(labels("cpu-py399", lock_sha), [f"{repo}:cpu-py399-{lock_sha[:12]}"])
-    in_use = made.image(labels("cpu-py311", "2" * 64), [f"{repo}:cpu-py311-{'2' * 12}"])
+    current = made.image(
+        labels("cpu-py311", lock_sha), [f"{repo}:cpu-py311", f"{repo}:cpu-py311-{lock_sha[:12]}"], smoke=True
+    )
+    stale = made.image(labels("cpu-py311", old), [f"{repo}:cpu-py311-{old[:12]}"], blob_mb=8)
+    stale_moving = made.image(labels("cu121-py311", old), [f"{repo}:cu121-py311"], smoke=True)
+    leftover = made.image(labels("cpu-py311", "1" * 64), [])
+    orphan = made.image(labels("cpu-py399", lock_sha), [f"{repo}:cpu-py399-{lock_sha[:12]}"], smoke=True)
+    in_use = made.image(labels("cpu-py311", "2" * 64), [f"{repo}:cpu-py311-{'2' * 12}"], smoke=True)
     made.containers.append(docker_client.containers.create(in_use, command=["true"], name=f"{repo}-user"))
-    elsewhere = made.image(labels("cpu-py311", old, src="file:///another/project"), [f"{repo}-other:cpu-py311-old"])
+    elsewhere = made.image(
+        labels("cpu-py311", old, src="file:///another/project"), [f"{repo}-other:cpu-py311-old"], smoke=True
+    )
 
     listed = envbuild("images", "--json", cwd=proj)
     assert listed.returncode == 0, listed.stderr
