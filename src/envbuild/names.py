@@ -7,6 +7,7 @@ Core layer: imports nothing of envbuild's, so any stage may read it.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -91,6 +92,11 @@ TAG_SHA_CHARS = 12
 def moving_tag(repo: str, profile: str) -> str:
     """REPO:NAME, the tag `run` starts and `push` publishes; only a smoke-tested image gets it."""
     return f"{repo}:{profile}"
+
+
+def json_sha256(payload: object) -> str:
+    """sha256 of `payload` as canonical JSON (sorted keys, no spaces): one digest for equal data."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def content_digest(lock_sha: str, image_digest: str, apt_sha: str = "") -> str:

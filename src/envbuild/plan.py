@@ -8,17 +8,15 @@ expectations, publish, status and images read it; none of them derives these fac
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from envbuild import compat
 from envbuild.errors import RenderError, UsageError
-from envbuild.names import INIT_PACKAGE
+from envbuild.names import INIT_PACKAGE, json_sha256
 from envbuild.profile import Profile
 from envbuild.project import Project
 from envbuild.torchsource import TorchSource, torch_source
@@ -163,10 +161,6 @@ def smoke_sources() -> dict[str, str]:
     }
 
 
-def _sha(payload: Any) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 # Profile fields that cannot change what a built image contains: where it is pushed, what people
 # read about it, and where the same hash-checked artifacts are fetched from.
 _NOT_IN_IMAGE = frozenset({"description", "registry", "index_url", "torch_index", "find_links", "extends"})
@@ -249,7 +243,7 @@ class Plan:
         """sha256 of what decides apt.lock: the packages each stage asks for, the platforms and the
         snapshot setting. Not the base image: apt.lock records the base's package list, and the build
         compares the real base with it."""
-        return _sha(
+        return json_sha256(
             {
                 "apt_format": 1,
                 "platforms": sorted(self.platforms),
@@ -276,7 +270,7 @@ class Plan:
             "channels": prof.channels if prof.flavor == "conda" else [],
             "conda_packages": sorted(prof.conda_packages) if prof.flavor == "conda" else [],
         }
-        return _sha(payload)
+        return json_sha256(payload)
 
     @property
     def lock_requirements(self) -> tuple[str, ...]:
@@ -322,7 +316,7 @@ class Plan:
             "checks": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(self.checks.items())},
             "smoke": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in smoke_sources().items()},
         }
-        return _sha(payload)
+        return json_sha256(payload)
 
 
 def make(project: Project, profile: Profile, options: PlanOptions | None = None, *, strict: bool = True) -> Plan:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical
+from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical, json_sha256
 from envbuild.profilefile import Loaded, read_raw
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
@@ -294,8 +293,7 @@ class Profile(BaseModel):
 
     def digest(self) -> str:
         """sha256 of the whole resolved profile (what labels and pull --verify compare)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return json_sha256(self.model_dump(mode="json"))
 
 
 FIELDS = list(Profile.model_fields)

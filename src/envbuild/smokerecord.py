@@ -13,8 +13,6 @@ tested one; signing (cosign) is what stops a forger.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -25,6 +23,7 @@ from envbuild.names import (
     LABEL_SMOKE_RECORD,
     LABEL_SMOKE_REPORT_VERSION,
     LABEL_SMOKE_TESTED_IMAGE,
+    json_sha256,
 )
 
 # The record's own labels, which the tested image did not have yet.
@@ -49,7 +48,7 @@ def digest(attrs: Mapping[str, Any], labels: Mapping[str, str] | None = None) ->
             k: v for k, v in sorted(given.items()) if k.startswith(_COVERED_PREFIXES) and k not in RECORD_LABELS
         },
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return json_sha256(payload)
 
 
 def state(attrs: Mapping[str, Any]) -> State:
