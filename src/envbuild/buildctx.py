@@ -126,6 +126,12 @@ def smoke_files(plan: Plan) -> dict[str, str]:
         "    HOME=/tmp\n"
         "    export HOME\n"
         "fi\n"
+        "# Such a uid has no name either: getpass.getuser() raises KeyError, and torch before 2.13\n"
+        "# names torch.compile's cache with it (pytorch/pytorch#140765). USER gives it one.\n"
+        'if [ -z "${LOGNAME:-}${USER:-}${LNAME:-}${USERNAME:-}" ] && ! id -un >/dev/null 2>&1; then\n'
+        '    USER="uid$(id -u)"\n'
+        "    export USER\n"
+        "fi\n"
         '[ "$#" -gt 0 ] || set -- python\n'
         'exec "$@"\n'
     )

@@ -97,25 +97,26 @@ def test_docker_stop_stops_the_command_and_orphans_are_reaped(docker_client: Any
 
 
 _CACHE = (
-    "import os, pathlib; d = pathlib.Path.home() / '.cache' / 'envbuild-test'; "
-    "d.mkdir(parents=True, exist_ok=True); print(os.environ['HOME'], d.is_dir())"
+    "import getpass, os, pathlib; d = pathlib.Path.home() / '.cache' / 'envbuild-test'; "
+    "d.mkdir(parents=True, exist_ok=True); print(os.environ['HOME'], d.is_dir(), getpass.getuser())"
 )
 
 
 @pytest.mark.parametrize(
-    ("user", "home"),
-    [("4242:4242", "/tmp"), (None, "/home/envbuild"), ("0", "/root")],
+    ("user", "home", "name"),
+    [("4242:4242", "/tmp", "uid4242"), (None, "/home/envbuild", "envbuild"), ("0", "/root", "root")],
     ids=["uid", "image-user", "root"],
 )
-def test_every_user_gets_a_writable_home(
-    docker_client: Any, built_cpu: dict[str, Any], user: str | None, home: str
+def test_every_user_gets_a_writable_home_and_a_name(
+    docker_client: Any, built_cpu: dict[str, Any], user: str | None, home: str, name: str
 ) -> None:
     """`docker run -u "$(id -u):$(id -g)"` (a host user's own files in a mounted folder) or
     Kubernetes' runAsUser give a uid with no passwd entry HOME=/, and `~/.cache` failed: Hugging
-    Face datasets said `PermissionError: [Errno 13] Permission denied: '/.cache'`. A home that
-    works stays as it is."""
+    Face datasets said `PermissionError: [Errno 13] Permission denied: '/.cache'`. Nor had it a
+    name: getpass.getuser() raised KeyError, which torch.compile hits before torch 2.13. A home and
+    a name that work stay as they are."""
     out = docker_client.containers.run(built_cpu["image_id"], ["python", "-c", _CACHE], user=user, remove=True)
-    assert out.decode().split() == [home, "True"]
+    assert out.decode().split() == [home, "True", name]
 
 
 def test_pip_freeze_equals_the_lockfile(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path) -> None:

@@ -178,6 +178,34 @@ def test_the_image_entrypoint_gives_a_user_without_a_home_a_writable_one(
     assert out.stdout == f"{given if writable else '/tmp'} zero a b\n"  # the command and its arguments, as given
 
 
+@pytest.mark.parametrize(("named", "given", "user"), [(False, "", "uid4242"), (True, "", ""), (False, "me", "me")])
+def test_the_image_entrypoint_names_a_uid_that_has_no_name(
+    engineless_project: Path, tmp_path: Path, named: bool, given: str, user: str
+) -> None:
+    """A uid with no passwd entry has no name: getpass.getuser() raised KeyError, and torch before
+    2.13 builds torch.compile's cache path from it (pytorch/pytorch#140765). A name that exists, or
+    one the caller set, stays."""
+    import subprocess
+
+    from envbuild.names import ENTRY_SCRIPT
+
+    proj = open_project(str(engineless_project))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"), strict=False)
+    script = tmp_path / ENTRY_SCRIPT
+    script.write_text(buildctx.smoke_files(plan)[ENTRY_SCRIPT])
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    # `id` as a uid without a passwd entry answers it: -u gives the number, -un fails
+    fake_id = tools / "id"
+    fake_id.write_text(f'#!/bin/sh\n[ "$1" = -u ] && echo 4242 && exit 0\n{"echo someone" if named else "exit 1"}\n')
+    fake_id.chmod(0o755)
+    env = {"HOME": str(tmp_path), "PATH": f"{tools}:/usr/bin:/bin"} | ({"USER": given} if given else {})
+    out = subprocess.run(
+        ["sh", str(script), "sh", "-c", 'echo "${USER:-}"'], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout == f"{user}\n"
+
+
 def test_compile_false_leaves_the_toolchain_out_of_the_dockerfile(write_profile: Callable[..., Path]) -> None:
     from envbuild import render
 
