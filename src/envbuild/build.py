@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildctx, buildfail, buildkit, engine, hostgpu, smokerecord
+from envbuild import buildctx, buildfail, buildkit, engine, enginelost, hostgpu, smokerecord
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
-from envbuild.errors import BuildError, SmokeFailed, UsageError
+from envbuild.errors import SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.localimage import repository
 from envbuild.names import (
@@ -76,7 +76,6 @@ class BuildResult:
 def _sdk_build(
     cli: Any, ctx: Path, prof: Profile, *, buildargs: dict[str, str], opts: BuildOptions, log: BuildLog, say: Events
 ) -> str:
-    image_id = ""
     try:
         stream = cli.api.build(
             path=str(ctx),
@@ -94,6 +93,24 @@ def _sdk_build(
         # file in context") hides a full disk there
         raise buildfail.packing_error(ctx, exc) from exc
     pulling = engine.Transfer()  # --pull: the base image's layers come through this stream
+    try:
+        image_id = _follow_build(stream, prof, log, pulling, say)
+    except Exception as exc:  # a read of the stream timed out or lost the engine: not an envbuild bug
+        found = enginelost.lost(
+            exc, engine.engine_url()[0], f"the build, at {log.step[:80] or 'its start'},", cli.api.timeout
+        )
+        if found is None:
+            raise
+        found.hint += f"; the build's output so far is in {log.path}"
+        raise found from exc
+    if not image_id:
+        raise log.error(prof.name, "the engine finished without an image ID")
+    return image_id
+
+
+def _follow_build(stream: Any, prof: Profile, log: BuildLog, pulling: engine.Transfer, say: Events) -> str:
+    """The engine's build stream into the log and step events; the image ID it ends with."""
+    image_id = ""
     for chunk in stream:
         if "stream" in chunk:
             for text in log.feed(str(chunk["stream"])):
@@ -115,18 +132,9 @@ def _sdk_build(
         if "error" in chunk:
             log.flush()
             log.line(str(chunk["error"]))
-            raise _build_error(prof, str(chunk["error"]), log)
+            raise log.error(prof.name, str(chunk["error"]))
     log.flush()
-    if not image_id:
-        raise _build_error(prof, "the engine finished without an image ID", log)
     return image_id
-
-
-def _build_error(prof: Profile, message: str, log: BuildLog) -> BuildError:
-    found = buildfail.diagnose(log.tail, prof.name)
-    if found is None:
-        return BuildError(f"build of {prof.name} failed: {message.strip()}", log.failure(), hint=f"see {log.path}")
-    return BuildError(f"build of {prof.name} failed: {found.message}", log.failure(), hint=found.hint)
 
 
 def _buildkit_build(
@@ -165,7 +173,7 @@ def _buildkit_build(
                 log.ran += 1
         rc = proc.wait()
     if rc != 0 or not iid.exists():
-        raise _build_error(prof, f"BuildKit exited with {rc}", log)
+        raise log.error(prof.name, f"BuildKit exited with {rc}")
     return iid.read_text().strip()
 
 
@@ -304,7 +312,7 @@ def _run_builder(cli: Any, ctx: buildctx.Context, prof: Profile, opts: BuildOpti
             return _sdk_build(cli, ctx.directory, prof, buildargs=ctx.buildargs, opts=opts, log=log, say=say)
         except docker.errors.APIError as exc:
             log.line(str(exc))
-            raise _build_error(prof, str(exc.explanation or exc), log) from exc
+            raise log.error(prof.name, str(exc.explanation or exc)) from exc
     finally:
         log.close()
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuild.errors import BuildFailure, WriteFailed
+from envbuild.errors import BuildError, BuildFailure, WriteFailed
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -180,6 +180,13 @@ class BuildLog:
 
     def close(self) -> None:
         self.fh.close()
+
+    def error(self, profile: str, message: str) -> BuildError:
+        """The build's error: what went wrong in words where diagnose knows it, else the engine's."""
+        found = diagnose(self.tail, profile)
+        if found is None:
+            return BuildError(f"build of {profile} failed: {message.strip()}", self.failure(), hint=f"see {self.path}")
+        return BuildError(f"build of {profile} failed: {found.message}", self.failure(), hint=found.hint)
 
     def failure(self) -> BuildFailure:
         # One line can be megabytes (pip prints every file a failed copy left behind on one line);

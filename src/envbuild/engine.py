@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from envbuild.errors import BaseImageError, EngineUnavailable, ImageMissing, UsageError
+from envbuild import enginelost
+from envbuild.errors import BaseImageError, EngineNoAnswer, EngineUnavailable, ImageMissing, UsageError
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
@@ -106,7 +107,7 @@ def ping_timeout() -> float:
         return 15.0
 
 
-def client(timeout: int = 600) -> Any:
+def client(timeout: float = 600) -> Any:
     """A connected docker-py client, or EngineUnavailable saying where it looked. `timeout` is for
     the calls that follow (a build step, a push); the first answer must come within ping_timeout()."""
     import docker
@@ -119,6 +120,7 @@ def client(timeout: int = 600) -> Any:
         cli = docker.DockerClient(base_url=url, timeout=first, use_ssh_client=url.startswith("ssh://"))
         cli.ping()
         cli.api.timeout = timeout
+        enginelost.guard(cli.api, url)
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         cause, fix = unreachable_cause(origin, str(exc))
         raise EngineUnavailable(f"cannot reach the Docker engine at {url} (from {origin}): {cause}", hint=fix) from exc
@@ -272,9 +274,17 @@ STALLED = "stalled"
 
 def transfer(cli: Any, verb: str, start: Callable[[], Iterable[dict[str, Any]]], events: Any = None) -> str:
     """Run one push or pull (`start` makes the SDK's request) with stall detection; its digest."""
+    import docker
+
     stall = stall_timeout()
     with patience(cli, stall):
-        return follow(verb, start(), events, stall)
+        try:
+            chunks = start()
+        except EngineNoAnswer as exc:  # it answers once the registry does: a silent link, not a hung engine
+            if not exc.timed_out:
+                raise
+            raise docker.errors.APIError(_stalled(verb, stall, Transfer())) from exc
+        return follow(verb, chunks, events, stall)
 
 
 def follow(verb: str, chunks: Iterable[dict[str, Any]], events: Any = None, stall: float | None = None) -> str:
@@ -296,9 +306,9 @@ def follow(verb: str, chunks: Iterable[dict[str, Any]], events: Any = None, stal
             except StopIteration:
                 break
             except Exception as exc:  # the SDK lets urllib3's and the socket's own timeouts through
-                if stall is not None and _is_timeout(exc):
+                if stall is not None and enginelost.is_timeout(exc):
                     raise docker.errors.APIError(_stalled(verb, stall, progress)) from exc
-                raise
+                enginelost.reraise(exc, engine_url()[0], f"the {verb}")
             if "error" in chunk:
                 raise docker.errors.APIError(str((chunk.get("errorDetail") or {}).get("message") or chunk["error"]))
             summary = progress.feed(chunk)
@@ -315,16 +325,6 @@ def follow(verb: str, chunks: Iterable[dict[str, Any]], events: Any = None, stal
         if close is not None:
             close()
     return digest
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        named = "timeout" in type(seen).__name__.lower() or "timed out" in str(seen).lower()
-        if isinstance(seen, TimeoutError) or named:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def _stalled(verb: str, stall: float, progress: Transfer) -> str:

@@ -128,6 +128,14 @@ class EngineUnavailable(EnvbuildError):
     """The Docker engine cannot be reached."""
 
 
+class EngineNoAnswer(EngineUnavailable):
+    """The engine answered at first, then a call timed out (`timed_out`) or lost its connection."""
+
+    def __init__(self, message: str, *, hint: str = "", timed_out: bool = False) -> None:
+        super().__init__(message, hint=hint)
+        self.timed_out = timed_out
+
+
 class BaseImageError(EnvbuildError):
     """The base image is neither present nor pullable."""
 

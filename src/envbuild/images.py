@@ -139,7 +139,9 @@ def survey(
     project: Project, names: list[str] | None = None, expected: dict[str, Profile | ProfileError] | None = None
 ) -> tuple[Any, Survey]:
     """The project's envbuild images, newest first, each classified."""
-    cli = engine.client(timeout=60)  # listing and inspecting: an engine that stalls must not hang `status`
+    # Listing and inspecting must answer as soon as the first ping must: an engine that answers the
+    # ping and then hangs makes `status` say "unknown" after ENVBUILD_ENGINE_TIMEOUT, not a minute.
+    cli = engine.client(timeout=engine.ping_timeout())
     source = source_label(project)
     expected = validate.load_all(project, names) if expected is None else expected
     # The local lockfile's hash, once per profile rather than once per image.
@@ -180,6 +182,7 @@ def survey(
     ]
     rows.sort(key=lambda r: r.created, reverse=True)
     rows.sort(key=lambda r: r.profile)  # stable: by profile, newest first within one
+    cli.api.timeout = 60  # the caller's next calls (removing a 5 GB image) may take longer
     return cli, Survey(rows)
 
 

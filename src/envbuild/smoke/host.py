@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildctx, engine, freshness, localimage
+from envbuild import buildctx, engine, enginelost, freshness, localimage
 from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
@@ -119,7 +119,6 @@ def run_in_image(
 
     `shown`: how errors name the image (what the user typed); `image` is what runs (an ID)."""
     import docker
-    import requests
 
     command = [SMOKE_COMMAND, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
     if min_peak is not None:
@@ -159,7 +158,9 @@ def run_in_image(
                 raise SmokeError(f"the smoke container did not start: {exc2.explanation or exc2}") from exc2
         try:
             status = container.wait(timeout=timeout)
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+        except Exception as exc:  # EngineNoAnswer from engine.client's; requests' own from a bare SDK client
+            if isinstance(exc, docker.errors.APIError) or not enginelost.is_timeout(exc):
+                raise
             raise SmokeError(
                 f"the smoke test did not finish within {timeout:.0f}s and was stopped",
                 hint="raise --timeout, or look for a hung collective (NCCL_DEBUG=INFO)",
