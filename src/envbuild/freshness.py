@@ -76,9 +76,20 @@ def _conda_pins(text: str) -> dict[str, Pin]:
     return {f"{e['platform']}/{e['manager']}/{e['name']}": Pin(str(e["name"]), str(e["version"])) for e in entries}
 
 
-def _pylock_versions(text: str) -> set[str]:
+def _pylock_agrees(text: str, pins: dict[str, Pin]) -> bool:
+    """pylock.toml pins what requirements.lock pins: the same versions, and no artifact whose hash
+    requirements.lock lacks (it lists every platform's files; pylock.toml the locked platform's).
+    CI installs from either file directly, so a hash swapped in pylock.toml alone is an edit too."""
     doc = tomllib.loads(text)
-    return {f"{canonical(p['name'])}=={p['version']}" for p in doc.get("packages", [])}
+    seen: dict[str, str] = {}
+    for pkg in doc.get("packages", []):
+        name, pin = canonical(pkg["name"]), pins.get(canonical(pkg["name"]))
+        artifacts = [*pkg.get("wheels", []), *(pkg[k] for k in ("sdist", "archive") if k in pkg)]
+        hashes = {f"sha256:{(a.get('hashes') or {}).get('sha256', '')}" for a in artifacts}
+        if pin is None or name in seen or not hashes or not hashes <= set(pin.hashes):
+            return False
+        seen[name] = str(pkg["version"])
+    return seen == {p.name: p.version for p in pins.values()}
 
 
 def _read(path: Path, shown: str) -> tuple[str | None, str]:
@@ -119,13 +130,12 @@ def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None, 
                     assert primary is not None  # noqa: S101  # lock_names puts the primary first
                     if primary.record.resolution != record.resolution:
                         return Freshness("stale", f"{' and '.join(names)} disagree (an interrupted lock?)")
-                    ours = {f"{p.name}=={p.version}" for p in primary.pins.values()}
-                    if _pylock_versions(text) != ours:
+                    if not _pylock_agrees(text, primary.pins):
                         return Freshness("edited", edited)
                     primary = dataclasses.replace(primary, pylock_text=text)
                     continue
                 pins = _conda_pins(text) if flavor == "conda" else parse_requirements(text)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 return Freshness("edited", f"{edited} ({exc})")
             if resolution_id(pins, record.format) != record.resolution:
                 return Freshness("edited", edited)

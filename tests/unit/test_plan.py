@@ -142,6 +142,34 @@ def test_a_hand_edited_lockfile_is_reported_as_edited(cli: Callable[..., Result]
     assert res.code != 0 and "edited by hand" in res.err and "envbuild lock cpu-py311" in res.err
 
 
+@pytest.mark.parametrize("edit", ["hash", "version", "dropped", "added"])
+def test_a_hand_edited_pylock_toml_is_reported_as_edited(
+    cli: Callable[..., Result], engineless_project: Path, edit: str
+) -> None:
+    """CI installs from pylock.toml directly (`uv pip sync pylock.toml`): a wheel's hash swapped
+    there alone, with requirements.lock intact, was reported fresh."""
+    import re
+
+    path = engineless_project / "lockfiles" / "cpu-py311" / "pylock.toml"
+    text = path.read_text()
+    assert cli("lock", "--check", "cpu-py311").code == 0  # as shipped: fresh
+    if edit == "hash":
+        wheel = re.search(r'wheels = \[\{ url = "[^"]+", [^}]*hashes = \{ sha256 = "([0-9a-f]{64})"', text)
+        assert wheel is not None
+        text = text.replace(wheel.group(1), "1" * 64)
+    elif edit == "version":
+        text = text.replace('version = "0.8.1"', 'version = "0.8.0"', 1)
+    elif edit == "dropped":
+        text = re.sub(r'\[\[packages\]\]\nname = "einops".*?\n\n', "", text, count=1, flags=re.S)
+    else:
+        six = f'url = "https://x/six.whl", hashes = {{ sha256 = "{"2" * 64}" }}'
+        text += f'\n[[packages]]\nname = "six"\nversion = "1.17.0"\nwheels = [{{ {six} }}]\n'
+    path.write_text(text)
+    res = cli("lock", "--check", "cpu-py311", "--json")
+    assert res.code == 1, res.out
+    assert "pylock.toml was edited by hand" in json.loads(res.out)["stale"][0]["reason"]
+
+
 def test_line_endings_change_no_digest(engineless_project: Path) -> None:
     path = engineless_project / "lockfiles" / "cpu-py311" / "requirements.lock"
     text = path.read_text()
