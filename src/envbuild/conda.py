@@ -302,7 +302,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
         },
         "package": sorted(entries, key=lambda e: (e["platform"], e["manager"], e["name"])),
     }
-    pins = {f"{e['platform']}/{e['manager']}/{e['name']}": lockfile.Pin(e["name"], e["version"]) for e in entries}
+    pins = lockfile.conda_pins(entries)
     record = lockfile.new_record(
         profile=prof.name,
         python=prof.python,

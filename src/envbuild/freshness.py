@@ -19,7 +19,16 @@ from envbuild import aptfile
 from envbuild._compat import tomllib
 from envbuild.aptfile import AptLock, apt_lock_name
 from envbuild.errors import LockMissing
-from envbuild.lockfile import LockRecord, Pin, RecordError, lock_sha256, parse_requirements, read_record, resolution_id
+from envbuild.lockfile import (
+    LockRecord,
+    Pin,
+    RecordError,
+    conda_pins,
+    lock_sha256,
+    parse_requirements,
+    read_record,
+    resolution_id,
+)
 from envbuild.names import canonical, lock_names
 from envbuild.plan import Plan
 from envbuild.project import Project
@@ -66,14 +75,11 @@ def primary_lock(project: Project, plan: Plan) -> Path:
     return lock_dir(project, plan.name) / lock_names(plan.platforms[0], plan.profile.flavor)[0]
 
 
-def _conda_pins(text: str) -> dict[str, Pin]:
+def _conda_pins(text: str, fmt: int) -> dict[str, Pin]:
     import yaml
 
     doc: Any = yaml.safe_load(text)
-    entries = doc.get("package") if isinstance(doc, dict) else None
-    if not isinstance(entries, list):
-        raise ValueError("no package list")
-    return {f"{e['platform']}/{e['manager']}/{e['name']}": Pin(str(e["name"]), str(e["version"])) for e in entries}
+    return conda_pins(doc.get("package") if isinstance(doc, dict) else None, fmt)
 
 
 def _pylock_agrees(text: str, pins: dict[str, Pin]) -> bool:
@@ -134,7 +140,7 @@ def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None, 
                         return Freshness("edited", edited)
                     primary = dataclasses.replace(primary, pylock_text=text)
                     continue
-                pins = _conda_pins(text) if flavor == "conda" else parse_requirements(text)
+                pins = _conda_pins(text, record.format) if flavor == "conda" else parse_requirements(text)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 return Freshness("edited", f"{edited} ({exc})")
             if resolution_id(pins, record.format) != record.resolution:

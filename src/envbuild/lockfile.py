@@ -12,14 +12,15 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envbuild import __version__
 from envbuild.names import canonical
 
-FORMAT_VERSION = 2
+# 2: the resolution covers each pin's hashes; 3: a conda lock's too (conda_pins)
+FORMAT_VERSION = 3
 RECORD_PREFIX = "# envbuild-lock: "
 _HEADER_LINES = 12  # a record is always among a lockfile's first lines
 
@@ -218,6 +219,22 @@ def via(text: str) -> dict[str, set[str]]:
                 listing = False
         out[name] = parents
     return out
+
+
+def conda_pins(entries: Any, fmt: int = FORMAT_VERSION) -> dict[str, Pin]:
+    """conda-lock.yml's package entries as pins, keyed platform/manager/name. From format 3 each
+    carries its hashes (md5, sha256), so a URL and hash swapped by hand is an edit: `conda-lock
+    install` in CI checks a download only against the hash the file itself gives."""
+    if not isinstance(entries, list):
+        raise ValueError("no package list")
+    return {
+        f"{e['platform']}/{e['manager']}/{e['name']}": Pin(
+            str(e["name"]),
+            str(e["version"]),
+            [f"{k}:{v}" for k, v in sorted((e.get("hash") or {}).items())] if fmt >= 3 else [],
+        )
+        for e in entries
+    }
 
 
 def resolution_id(pins: dict[str, Pin], fmt: int = FORMAT_VERSION) -> str:

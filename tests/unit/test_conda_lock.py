@@ -59,3 +59,47 @@ def test_conda_relock_says_what_it_changed(tmp_path: Path, channel: Path) -> Non
     second = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
     assert second.state == "locked", second.message
     assert [c.render() for c in second.changes or []] == ["  numpy 2.1.3 -> 2.2.0"]
+
+
+def test_a_conda_lock_with_a_swapped_url_and_hash_is_edited_and_an_older_format_still_reads(
+    tmp_path: Path, channel: Path
+) -> None:
+    """`conda-lock install` checks a download only against the hash the file gives: a package's URL
+    and hash swapped by hand (same name and version) read as fresh, and CI installed the swap."""
+    import json
+    import re
+
+    import yaml
+
+    from envbuild import freshness, lockfile, validate
+    from envbuild import plan as plan_mod
+
+    root = conda_project(tmp_path / "proj", channel)
+    proj = open_project(str(root))
+    assert lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False)).state == "locked"
+    path = root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml"
+    text = path.read_text()
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311-conda"), strict=False)
+    assert freshness.query(proj, plan).state == "fresh"
+    sha = re.search(r"sha256: ([0-9a-f]{64})", text)
+    assert sha is not None
+    path.write_text(text.replace(sha.group(1), "f" * 64, 1).replace("cpu_generic", "cpu_evil", 1))
+    found = freshness.query(proj, plan)
+    assert (found.state, "was edited by hand" in found.reason) == ("edited", True)
+
+    # a format 2 lockfile (its resolution names and versions alone) stays fresh after the upgrade
+    record = lockfile.read_record(text)
+    body = text.split(lockfile.RECORD_PREFIX, 1)[1].split("\n", 1)[1]
+    old = record.model_copy(
+        update={
+            "format": 2,
+            "resolution": lockfile.resolution_id(lockfile.conda_pins(yaml.safe_load(body)["package"], 2), 2),
+        }
+    )
+    path.write_text(
+        text.replace(
+            lockfile.RECORD_PREFIX + json.dumps(record.model_dump(), sort_keys=True),
+            lockfile.RECORD_PREFIX + json.dumps(old.model_dump(), sort_keys=True),
+        )
+    )
+    assert freshness.query(proj, plan).state == "fresh"
