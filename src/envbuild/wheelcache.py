@@ -12,6 +12,7 @@ its size and prunes what no lockfile of the project needs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import ssl
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuild._compat import tomllib
+from envbuild.errors import WriteFailed
 from envbuild.fsutil import sha256_file
 from envbuild.lockfile import Pin, parse_requirements
 from envbuild.names import FIXED_MTIME, canonical
@@ -54,11 +56,19 @@ def add(source: Path, sha: str) -> Path | None:
     """Store a copy of `source` if its sha256 is `sha`; the stored path, or None for a file that is
     not what the lock says. Atomic: a half-copied file never sits under a hash."""
     slot = _slot(sha)
-    slot.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=slot, prefix=".part-")
     try:
-        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
-            shutil.copyfileobj(src, out, 1 << 20)
+        slot.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=slot, prefix=".part-")
+    except OSError as exc:
+        raise _cache_error(exc, slot / source.name) from exc
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+        except OSError as exc:
+            if exc.filename is not None:
+                raise  # reading the source: its error names it
+            raise _cache_error(exc, slot / source.name) from exc  # a write's error names no file
         if sha256_file(Path(tmp)) != sha:
             return None
         os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
@@ -102,6 +112,16 @@ def wanted(pylock_text: str, pins: dict[str, Pin]) -> list[Wanted]:
     return out
 
 
+def _cache_error(exc: OSError, path: Path) -> OSError | WriteFailed:
+    if exc.errno not in {errno.ENOSPC, errno.EDQUOT}:
+        return OSError(exc.errno, exc.strerror, str(path))  # the CLI names the path and the fix
+    return WriteFailed(
+        f"the wheel cache is full: cannot write {path} ({exc.strerror})",
+        hint=f"free space on the disk that holds {root()} (`envbuild cache --prune` removes wheels no "
+        f"lockfile pins), or set {CACHE_ENV} to a folder on a disk with room; nothing was half-written",
+    )
+
+
 def _download(item: Wanted, context: ssl.SSLContext) -> Path | None:
     if not item.url.startswith(("https://", "http://")):
         return None  # a file:// URL is a wheelhouse, matched by hash in fill(); nothing else is fetched
@@ -111,7 +131,9 @@ def _download(item: Wanted, context: ssl.SSLContext) -> Path | None:
             resp = urllib.request.urlopen(item.url, timeout=FETCH_TIMEOUT_S, context=context)  # noqa: S310 - http(s) only
             with resp, part.open("wb") as out:
                 shutil.copyfileobj(resp, out, 1 << 20)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno in {errno.ENOSPC, errno.EDQUOT}:
+                raise _cache_error(exc, part) from exc  # a full disk is not an unreachable URL
             return None  # unreachable here: the builder fetches it from the index, as before
         return add(part, item.sha256)
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from envbuild import lockfile, wheelcache
+from envbuild.errors import WriteFailed
 from tests.conftest import Result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +53,39 @@ def test_a_file_is_stored_only_under_its_own_hash(cache: Path, tmp_path: Path) -
     assert stored.read_bytes() == wheel.read_bytes() and stored.stat().st_mtime == 315532800
     usage = wheelcache.usage()
     assert (usage.wheels, usage.bytes) == (1, wheel.stat().st_size)
+
+
+def test_a_full_disk_under_the_cache_is_named_with_its_fix(
+    cache: Path, tmp_path: Path, cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was "internal error: OSError: [Errno 28] No space left on device ... a bug in envbuild"
+    (the write has no file name). The kernel's own ENOSPC here: the part file is /dev/full."""
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"x" * 4096)
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    real_mkstemp = tempfile.mkstemp
+
+    def full(dir: str | Path, prefix: str) -> tuple[int, str]:
+        fd, path = real_mkstemp(dir=dir, prefix=prefix)
+        os.close(fd)
+        return os.open("/dev/full", os.O_WRONLY), path
+
+    monkeypatch.setattr(tempfile, "mkstemp", full)
+    with pytest.raises(WriteFailed) as caught:
+        wheelcache.add(wheel, sha)
+    assert "the wheel cache is full: cannot write" in caught.value.message and "No space left" in caught.value.message
+    assert "envbuild cache --prune" in caught.value.hint and wheelcache.CACHE_ENV in caught.value.hint
+    assert not any(p.is_file() for p in cache.rglob("*"))  # no part file left under the hash
+    # through the CLI: exit 11 with the message, not exit 70
+    house = tmp_path / "house"
+    house.mkdir()
+    pins, pylock = _committed()
+    item = next(i for i in wheelcache.wanted(pylock, pins) if i.name == "einops")
+    (house / item.filename).write_bytes(b"y")
+    monkeypatch.setattr(wheelcache, "sha256_file", lambda _: item.sha256)
+    res = cli("build", "cpu-py311", "--context-only", "--find-links", str(house))
+    assert res.code == 11, res.err
+    assert "the wheel cache is full" in res.err and "internal error" not in res.err
 
 
 @pytest.mark.skipif(not any(WHEELS.glob("torch-2.13.0+cpu-*.whl")), reason="needs the CPU torch wheel")
