@@ -328,7 +328,9 @@ def prepare(
             pending = functools.partial(_check_sbom, sbom_text, marker)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
     tool, uv_binary = layering.installer(built, platform)
-    outputs, groups = layering.render_for(built, lock.pins, lock.apt, labels, tool, lock.text)
+    outputs, groups = layering.render_for(
+        built, lock.pins, lock.apt, labels, tool, lock.text, from_source=lock.from_source
+    )
     ctx = project.work_dir(prof.name) / "context"
     if ctx.exists():
         shutil.rmtree(ctx)
@@ -337,7 +339,7 @@ def prepare(
     # Under the x86_64 name whatever the platform: the Dockerfile copies one lockfile.
     in_context = lock_names("x86_64", prof.flavor)[0]
     files: dict[Path, str] = {ctx / "Dockerfile": outputs["Dockerfile"], ctx / in_context: lock.text}
-    files.update({ctx / name: text for name, text in layering.group_files(lock.text, groups).items()})
+    files.update({ctx / name: text for name, text in layering.group_files(lock.text, groups, lock.from_source).items()})
     files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     if prof.flavor == "venv":

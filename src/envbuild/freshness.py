@@ -10,6 +10,7 @@ in between cannot mix two lockfiles into one image).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from envbuild.lockfile import (
     parse_requirements,
     read_record,
     resolution_id,
+    sdist_only,
 )
 from envbuild.names import canonical, lock_names
 from envbuild.plan import Plan
@@ -45,6 +47,11 @@ class LockSnapshot:
     apt: AptLock | None = None  # the platform's apt.lock, when the profile has one
     apt_text: str = ""  # its text as read
     pylock_text: str = ""  # pylock.toml as read (venv): the wheel URLs, for the wheel cache
+
+    @functools.cached_property
+    def from_source(self) -> frozenset[str]:
+        """The packages pylock.toml has no wheel of, only an sdist: the build makes their wheels."""
+        return sdist_only(self.pylock_text)
 
     @property
     def apt_sha256(self) -> str:

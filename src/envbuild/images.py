@@ -31,6 +31,7 @@ from envbuild.names import (
     LABEL_STAGE,
     Events,
     is_moving,
+    lock_names,
     quiet,
 )
 from envbuild.profile import Profile
@@ -192,8 +193,11 @@ def _layer_digests(project: Project, prof: Profile | ProfileError) -> dict[str, 
     if not isinstance(prof, Profile):
         return {}
     plan = plan_mod.make(project, prof, strict=False)
+    primary = freshness.primary_lock(project, plan)
+    pylock = primary.with_name(lock_names(plan.platforms[0])[1])
     try:
-        return layering.layer_digests(plan, freshness.primary_lock(project, plan).read_text("utf-8"))
+        built = pylock.read_text("utf-8") if pylock.is_file() else ""  # which packages build from sdists
+        return layering.layer_digests(plan, primary.read_text("utf-8"), built)
     except (OSError, UnicodeDecodeError, ValueError, KeyError):
         return {}
 

@@ -43,14 +43,17 @@ _IN_THE_VENV = frozenset({"pip", "setuptools", "wheel"})
 _OWN_LAYER = "numpy"
 
 
-def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[str, tuple[str, ...]]:
+def layer_groups(
+    plan: Plan, pins: dict[str, Pin], lock_text: str = "", from_source: frozenset[str] = frozenset()
+) -> dict[str, tuple[str, ...]]:
     """The image's environment layers, biggest and least often changed first, chosen from the lock:
     `torch` (torch and its CUDA/ROCm/Triton runtime wheels), `torch-extras` (torchvision and
     torchaudio), `torch-deps` (what only those pull in: sympy, networkx, jinja2, ..., by uv's `# via`
     annotations), `numpy`, and `rest` (the profile's own packages and theirs, the venv itself with
     pip and setuptools). Two profiles on one base with the same torch build get the same `torch` layer,
     byte for byte, whatever else they lock; a re-lock of the profile's own packages changes only
-    `rest`."""
+    `rest`. A package built from its sdist (`from_source`) is built in the `builder` stage, so it
+    is in `rest` too."""
     torch = tuple(sorted(n for n in pins if n == "torch" or n.startswith(_TORCH_RUNTIME)))
     extras = tuple(sorted(n for n in pins if n in plan.torch_family and n not in torch))
     parents = lockfile.via(lock_text) if lock_text else {}
@@ -59,7 +62,7 @@ def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[
     grew = True
     while grew:  # the closure: a package whose every parent is in the family or already a dependency
         grew = False
-        for name in sorted(set(pins) - family - deps - _IN_THE_VENV - {_OWN_LAYER}):
+        for name in sorted(set(pins) - family - deps - _IN_THE_VENV - {_OWN_LAYER} - from_source):
             up = parents.get(name, set())
             if up and up <= family | deps:
                 deps.add(name)
@@ -70,19 +73,32 @@ def layer_groups(plan: Plan, pins: dict[str, Pin], lock_text: str = "") -> dict[
     return {**{g: names for g, names in groups.items() if names}, "rest": rest}
 
 
-def group_files(lock_text: str, groups: dict[str, tuple[str, ...]]) -> dict[str, str]:
-    """requirements.<group>.lock for each layer: the lockfile's own blocks (hashes and all), split."""
+SOURCE_FILE = "requirements.source.lock"
+
+
+def group_files(
+    lock_text: str, groups: dict[str, tuple[str, ...]], from_source: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """requirements.<group>.lock for each layer: the lockfile's own blocks (hashes and all), split.
+    With `from_source`, those leave requirements.rest.lock for SOURCE_FILE, which the builder
+    installs allowing a build; the layer digests are of the files without that split."""
     blocks = lockfile.blocks(lock_text)
     head = "# A part of requirements.lock (envbuild build splits it by image layer); do not edit.\n"
-    return {f"requirements.{g}.lock": head + "".join(blocks[n] for n in names) for g, names in groups.items()}
+    files = {
+        f"requirements.{g}.lock": head + "".join(blocks[n] for n in names if g != "rest" or n not in from_source)
+        for g, names in groups.items()
+    }
+    built = [n for n in groups.get("rest", ()) if n in from_source]
+    return {**files, SOURCE_FILE: head + "".join(blocks[n] for n in built)} if built else files
 
 
-def layer_digests(plan: Plan, lock_text: str) -> dict[str, str]:
+def layer_digests(plan: Plan, lock_text: str, pylock_text: str = "") -> dict[str, str]:
     """{layer: sha256 of its requirements.<layer>.lock}: what each layer stage's cache image is
     labelled with, and what `envbuild images` tells the current ones by. Empty for conda."""
     if plan.profile.flavor != "venv":
         return {}
-    return _digests(lock_text, layer_groups(plan, lockfile.parse_requirements(lock_text), lock_text))
+    pins = lockfile.parse_requirements(lock_text)
+    return _digests(lock_text, layer_groups(plan, pins, lock_text, lockfile.sdist_only(pylock_text)))
 
 
 def _digests(lock_text: str, groups: dict[str, tuple[str, ...]]) -> dict[str, str]:
@@ -97,11 +113,15 @@ def render_for(
     labels: dict[str, str] | None = None,
     installer_name: str = "pip",
     lock_text: str = "",
+    *,
+    from_source: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
     """What `build` renders from a lock: the outputs, with the environment split into layers and the
-    OS packages pinned by apt.lock; and the layer groups it split by."""
-    groups = layer_groups(plan, pins, lock_text) if plan.profile.flavor == "venv" else {}
-    extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME}
+    OS packages pinned by apt.lock; and the layer groups it split by. `from_source`: the packages
+    with no wheel (lockfile.sdist_only), built from their sdists in the builder stage."""
+    groups = layer_groups(plan, pins, lock_text, from_source) if plan.profile.flavor == "venv" else {}
+    built = sorted(set(groups.get("rest", ())) & from_source)
+    extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME, "from_source": built}
     digests = _digests(lock_text, groups) if labels else {}  # they go only into the labels
     outputs = render.render(
         plan, labels=labels, apt=apt_context(apt), layers=groups, layer_digests=digests, extra=extra
@@ -117,7 +137,9 @@ def dockerfile_from(plan: Plan, folder: Path) -> str | None:
     text = (folder / "requirements.lock").read_text("utf-8")
     pins = lockfile.parse_requirements(text)
     apt = aptfile.parse((folder / "apt.lock").read_text("utf-8")) if (folder / "apt.lock").is_file() else None
-    return render_for(plan, pins, apt, installer_name="uv", lock_text=text)[0]["Dockerfile"]
+    pylock = (folder / "pylock.toml").read_text("utf-8") if (folder / "pylock.toml").is_file() else ""
+    built = lockfile.sdist_only(pylock)
+    return render_for(plan, pins, apt, installer_name="uv", lock_text=text, from_source=built)[0]["Dockerfile"]
 
 
 def apt_context(apt: AptLock | None) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envbuild import __version__
+from envbuild._compat import tomllib
 from envbuild.names import canonical
 
 # 2: the resolution covers each pin's hashes; 3: a conda lock's too (conda_pins)
@@ -219,6 +220,15 @@ def via(text: str) -> dict[str, set[str]]:
                 listing = False
         out[name] = parents
     return out
+
+
+def sdist_only(pylock_text: str) -> frozenset[str]:
+    """The packages pylock.toml gives no wheel for its platform, only an sdist (hydra-core's
+    antlr4-python3-runtime 4.9.3, for one): the build makes their wheels from the hash-checked sdist."""
+    doc = tomllib.loads(pylock_text) if pylock_text else {}
+    return frozenset(
+        canonical(str(p.get("name", ""))) for p in doc.get("packages", []) if p.get("sdist") and not p.get("wheels")
+    )
 
 
 def conda_pins(entries: Any, fmt: int = FORMAT_VERSION) -> dict[str, Pin]:

@@ -117,6 +117,8 @@ def create(
             "--no-config",
             "--quiet",
         ]
+        if snap.from_source:  # built from sdists: their build backend at the version the lock pins
+            args += ["--build-constraints", str(lock_file)]
         # the wheels a build already fetched (envbuild's wheel cache) are not fetched again; with
         # all of them there, no index is asked (an offline laptop, a mirror that is down)
         cached = wheelcache.for_lock(snap.pylock_text, pins, fetch=False)

@@ -212,6 +212,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
     files: dict[Path, str] = {}
     directory = lock_dir(project, plan.name)
     count = 0
+    from_source: set[str] = set()
     before: dict[str, dict[str, Pin]] = {}
     after: dict[str, dict[str, Pin]] = {}
     with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
@@ -239,12 +240,15 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
             files[directory / secondary] = head + redact(canonical_sources(pylock_text, src))
             files[directory / primary] = head + redact(canonical_sources(req_text, src))
             count = max(count, len(pins))
+            from_source |= lockfile.sdist_only(pylock_text)
     proc.check_cancelled()  # an interrupt during the last resolve: write nothing
     written = [] if opts.dry_run else atomic_write_many(files)
     return LockOutcome(
         plan.name,
         "locked",
-        f"{count} packages" + (" (dry run: nothing written)" if opts.dry_run else ""),
+        f"{count} packages"
+        + (f" ({', '.join(sorted(from_source))}: no wheel, built from the sdist)" if from_source else "")
+        + (" (dry run: nothing written)" if opts.dry_run else ""),
         packages=count,
         files=written,
         changes=lockfile.changes(before, after) if before or opts.dry_run else None,

@@ -164,3 +164,49 @@ def test_an_image_built_from_an_envbuild_image_adds_a_package(
             exact.remove(force=True)
     finally:
         docker_client.images.remove(image.id, force=True)
+
+
+@pytest.mark.network
+def test_a_package_with_no_wheel_is_built_from_its_sdist_and_a_hydra_app_runs(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """hydra-core needs antlr4-python3-runtime 4.9.3, which PyPI has only as an sdist. `lock` took
+    it and `build` failed 73 s in: the builder installs with --only-binary :all:. Now the builder
+    makes its wheel from the hash-checked sdist, with the build backend requirements.lock pins."""
+    import shutil
+
+    from envbuild import lockfile
+
+    from .conftest import BASE, WHEELS, local_build
+
+    proj = tmp_path / "hydra"
+    for part in ("profiles", "lockfiles", "checks"):
+        shutil.copytree(e2e_project / part, proj / part)
+    text = (proj / "profiles" / "cpu-py311.yaml").read_text()
+    text = text.replace("name: cpu-py311", "name: cpu-py311-hydra").replace(
+        'packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1", "hydra-core==1.3.2"]'
+    )
+    (proj / "profiles" / "cpu-py311-hydra.yaml").write_text(text)
+    res = envbuild("lock", "cpu-py311-hydra", "--base", BASE, "--find-links", WHEELS, cwd=proj)
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder = proj / "lockfiles" / "cpu-py311-hydra"
+    assert lockfile.sdist_only((folder / "pylock.toml").read_text()) == {"antlr4-python3-runtime"}
+    setuptools = lockfile.parse_requirements((folder / "requirements.lock").read_text())["setuptools"].version
+    res = envbuild(*local_build("cpu-py311-hydra", repo_name), "--no-smoke", "--json", cwd=proj)
+    assert res.returncode == 0, res.stderr[-3000:]
+    image = json.loads(res.stdout)["built_image_id"]
+    try:
+        app = (
+            "import sys, hydra, torch\n"
+            "from omegaconf import DictConfig\n"
+            "@hydra.main(version_base=None, config_path=None)\n"
+            "def main(cfg: DictConfig) -> None:\n"
+            "    print('lr', cfg.get('lr'), torch.nn.Linear(2, 1)(torch.ones(1, 2)).shape[0])\n"
+            "sys.argv = ['app', '+lr=0.05', 'hydra.run.dir=/tmp/out']\n"
+            "main()\n"
+        )
+        assert _run(docker_client, image, "python", "-c", app).split() == ["lr", "0.05", "1"]
+        wheel = _run(docker_client, image, "sh", "-c", "cat /opt/venv/lib/python3.11/site-packages/antlr4*/WHEEL")
+        assert f"Generator: setuptools ({setuptools})" in wheel  # the locked backend, not today's newest
+    finally:
+        docker_client.images.remove(image, force=True)
