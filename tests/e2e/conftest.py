@@ -28,6 +28,22 @@ def local_build(name: str, tag: str) -> list[str]:
     return ["build", name, "--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", tag]
 
 
+def variant(e2e_project: Path, dest: Path, name: str, packages: str) -> Path:
+    """A copy of the e2e project with one more profile, NAME: cpu-py311 with `packages` (YAML) and
+    locked for this machine (the debootstrapped base, the wheelhouse)."""
+    for part in ("profiles", "lockfiles", "checks"):
+        shutil.copytree(e2e_project / part, dest / part)
+    text = (dest / "profiles" / "cpu-py311.yaml").read_text()
+    mine = text.replace("name: cpu-py311", f"name: {name}").replace(
+        'packages: ["einops==0.8.1"]', f"packages: {packages}"
+    )
+    assert mine.count(packages) == 1, "the e2e cpu-py311 profile no longer reads as this expects"
+    (dest / "profiles" / f"{name}.yaml").write_text(mine)
+    res = envbuild("lock", name, "--base", BASE, "--find-links", WHEELS, cwd=dest)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return dest
+
+
 def envbuild(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 1800
 ) -> subprocess.CompletedProcess[str]:

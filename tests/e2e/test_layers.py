@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import BASE, WHEELS, envbuild, layer_table, local_build
+from .conftest import envbuild, layer_table, local_build, variant
 
 pytestmark = pytest.mark.e2e
 
@@ -20,17 +19,7 @@ def test_two_profiles_sharing_a_torch_build_share_the_torch_layer(
     """Before: one 881 MB environment layer per image, shared by none. A variant of cpu-py311 with
     one more small package now reuses cpu-py311's torch layer (same diff ID: a registry stores it
     once, a host pulls it once) and differs only in the small layer."""
-    proj = tmp_path / "variant"
-    for part in ("profiles", "lockfiles", "checks"):
-        shutil.copytree(e2e_project / part, proj / part)
-    text = (proj / "profiles" / "cpu-py311.yaml").read_text()
-    text = text.replace("name: cpu-py311", "name: cpu-py311-tqdm").replace(
-        'packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1", "tqdm==4.67.1"]'
-    )
-    assert "tqdm" in text
-    (proj / "profiles" / "cpu-py311-tqdm.yaml").write_text(text)
-    res = envbuild("lock", "cpu-py311-tqdm", "--base", BASE, "--find-links", WHEELS, cwd=proj)
-    assert res.returncode == 0, res.stderr[-3000:]
+    proj = variant(e2e_project, tmp_path / "variant", "cpu-py311-tqdm", '["einops==0.8.1", "tqdm==4.67.1"]')
     # The wheel cache has every wheel the lock pins (tqdm since the lock above), so the build asks no
     # index: a mirror that is down (a closed port here) does not stop it. The rest layer's install
     # runs (tqdm is new); it used to ask the index for each package and failed to connect.
@@ -42,9 +31,9 @@ def test_two_profiles_sharing_a_torch_build_share_the_torch_layer(
     dockerfile = (Path(result["context"]) / "Dockerfile").read_text()
     assert "--no-index" in dockerfile and "127.0.0.1:9" not in dockerfile
     assert result["ran_steps"] > 0
-    variant = result["built_image_id"]
+    derived = result["built_image_id"]
     ours = layer_table(docker_client, built_cpu["built_image_id"])
-    theirs = layer_table(docker_client, variant)
+    theirs = layer_table(docker_client, derived)
     torch = max((row for row in ours if row[1] == "COPY to /"), key=lambda row: row[2])
     assert torch[2] > 400e6  # the torch layer: torch 2.13.0+cpu is ~670 MB installed
     assert torch[0] in {d for d, _, _ in theirs}, "the torch layer differs between the two profiles"
@@ -55,5 +44,5 @@ def test_two_profiles_sharing_a_torch_build_share_the_torch_layer(
     venv_ours = next(d for d, step, _ in ours if step == "COPY to /opt/venv")
     venv_theirs = next(d for d, step, _ in theirs if step == "COPY to /opt/venv")
     assert venv_ours != venv_theirs
-    for tag in docker_client.images.get(variant).tags:  # by tag: the image has cache children
+    for tag in docker_client.images.get(derived).tags:  # by tag: the image has cache children
         docker_client.images.remove(tag)
