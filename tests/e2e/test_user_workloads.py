@@ -198,4 +198,5 @@ def test_a_package_with_no_wheel_is_built_from_its_sdist_and_a_hydra_app_runs(
         wheel = _run(docker_client, image, "sh", "-c", "cat /opt/venv/lib/python3.11/site-packages/antlr4*/WHEEL")
         assert f"Generator: setuptools ({setuptools})" in wheel  # the locked backend, not today's newest
     finally:
-        docker_client.images.remove(image, force=True)
+        for tag in docker_client.images.get(image).tags:  # by tag: the image has cache children
+            docker_client.images.remove(tag)
