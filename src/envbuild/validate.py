@@ -10,6 +10,7 @@ from packaging.version import Version
 
 from envbuild import compat, profile
 from envbuild.errors import ProfileError
+from envbuild.names import canonical
 from envbuild.profile import name_parts
 from envbuild.profilefile import Loaded
 from envbuild.project import Project
@@ -328,6 +329,25 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
                 )
 
 
+def _check_packages(ld: Loaded, data: dict[str, Any]) -> None:
+    """One package listed twice without markers to tell them apart: the resolver would only say
+    "unsatisfiable" (two pins) or quietly take the stricter one."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    first: dict[str, int] = {}
+    for i, item in enumerate(_list(data, "packages")):
+        try:
+            req = Requirement(str(item))
+        except InvalidRequirement:
+            continue  # the model says what is wrong with it
+        key = canonical(req.name)
+        if req.marker is None and key in first:
+            where = f"packages[{first[key]}]"
+            ld.add("error", f"packages[{i}]", f"{req.name} is listed twice (also {where})", "keep one pin", str(item))
+        elif req.marker is None:
+            first[key] = i
+
+
 def check(path: Path, shown: str | None = None) -> Loaded:
     """Structure (pydantic) plus every compatibility rule. Never raises for bad input."""
     ld = profile.load(path, shown)
@@ -338,6 +358,7 @@ def check(path: Path, shown: str | None = None) -> Loaded:
     _check_accelerator_fields(ld, data, bad)
     _check_torch(ld, data, bad)
     _check_misc(ld, data, bad, path)
+    _check_packages(ld, data)
     if ld.errors:
         ld.profile = None
     ld.diagnostics.sort(key=lambda d: (d.severity != "error", d.file, d.line or 0, d.field))

@@ -285,3 +285,12 @@ def test_python_without_a_default_base_image(write_profile: Callable[..., Path])
         )
         == []
     )
+
+
+def test_a_package_listed_twice_is_named_before_the_resolver_sees_it(write_profile: Callable[..., Path]) -> None:
+    """`lock` only said "unsatisfiable" for einops==0.8.1 next to Einops==0.8.0 (or took the stricter
+    of two ranges). Markers that tell two entries apart (one per Python) stay allowed."""
+    path = write_profile(packages=["einops==0.8.1", "tqdm", "Einops==0.8.0"])
+    assert only_error(path).endswith("packages[2]: Einops is listed twice (also packages[0]); keep one pin")
+    split = ['einops==0.8.1; python_version >= "3.10"', 'einops==0.7.0; python_version < "3.10"']
+    assert errors_of(write_profile(packages=split)) == []
