@@ -103,6 +103,14 @@ _RULES = (
         "archive; if the `apt:` list pins it, change or drop the version pin of {g2}",
     ),
     _Rule(
+        # uv: "error: Failed to build `pkg==1.0`" for a package with no wheel (requirements.source.lock)
+        r"Failed to build `([^`]+)`",
+        "{g1} has no wheel for this platform, and building it from its sdist in the builder failed (the builder "
+        "has Python and the build backend the lockfile pins, but no C compiler; the log shows the build's error)",
+        "pin a version of it that has a wheel for this platform (PyPI's file list shows which), or drop it from "
+        "{name}'s profile and re-lock",
+    ),
+    _Rule(
         r"No matching distribution found for (\S+)",
         "pip found no file for {g1} where the lockfile says it comes from",
         "pass the wheelhouse it was locked from (envbuild build {name} --find-links DIR), "

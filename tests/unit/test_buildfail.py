@@ -82,9 +82,22 @@ HASHES = [
 ]
 
 
+# uv 0.13 building an sdist with C code where there is no compiler (psutil, CC unset in the builder)
+UV_SDIST = [
+    "   Building psutil==7.2.2",
+    "error: Failed to build `psutil==7.2.2`",
+    "  cause: The build backend returned an error",
+    "  cause: Call to `setuptools.build_meta.build_wheel` failed (exit status: 1)",
+    "         building 'psutil._psutil_linux' extension",
+    "         error: command 'x86_64-linux-gnu-gcc' failed: No such file or directory",
+    "hint: Build failures usually indicate a problem with the package or the build environment",
+]
+
+
 @pytest.mark.parametrize(
     ("tail", "message", "hint"),
     [
+        (UV_SDIST, "psutil==7.2.2 has no wheel for this platform, and building it", "pin a version of it that has"),
         (PIP_TLS, "the server's TLS certificate is not trusted", "--ca-bundle"),
         (PIP_OFFLINE, "the build could not reach the network", "--find-links DIR"),
         (UV_TLS, "the server's TLS certificate is not trusted", "--ca-bundle /etc/ssl/certs/ca-certificates.crt"),
