@@ -344,6 +344,5 @@ def _pins_by_platform(entries: list[dict[str, Any]]) -> dict[str, dict[str, lock
     out: dict[str, dict[str, lockfile.Pin]] = {}
     for e in entries:
         shown = e["name"] if e.get("manager") == "conda" else f"{e['name']} (pip)"
-        hashes = [f"{k}:{v}" for k, v in sorted((e.get("hash") or {}).items())]
-        out.setdefault(str(e["platform"]), {})[shown] = lockfile.Pin(shown, str(e["version"]), hashes)
+        out.setdefault(str(e["platform"]), {})[shown] = lockfile.Pin(shown, str(e["version"]), lockfile.conda_hashes(e))
     return out

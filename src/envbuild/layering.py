@@ -76,6 +76,11 @@ def layer_groups(
 SOURCE_FILE = "requirements.source.lock"
 
 
+def source_built(groups: dict[str, tuple[str, ...]], from_source: frozenset[str]) -> tuple[str, ...]:
+    """The `rest` packages the builder stage builds from their sdists, in the group's order."""
+    return tuple(n for n in groups.get("rest", ()) if n in from_source)
+
+
 def group_files(
     lock_text: str, groups: dict[str, tuple[str, ...]], from_source: frozenset[str] = frozenset()
 ) -> dict[str, str]:
@@ -88,7 +93,7 @@ def group_files(
         f"requirements.{g}.lock": head + "".join(blocks[n] for n in names if g != "rest" or n not in from_source)
         for g, names in groups.items()
     }
-    built = [n for n in groups.get("rest", ()) if n in from_source]
+    built = source_built(groups, from_source)
     return {**files, SOURCE_FILE: head + "".join(blocks[n] for n in built)} if built else files
 
 
@@ -120,7 +125,7 @@ def render_for(
     OS packages pinned by apt.lock; and the layer groups it split by. `from_source`: the packages
     with no wheel (lockfile.sdist_only), built from their sdists in the builder stage."""
     groups = layer_groups(plan, pins, lock_text, from_source) if plan.profile.flavor == "venv" else {}
-    built = sorted(set(groups.get("rest", ())) & from_source)
+    built = list(source_built(groups, from_source))
     extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME, "from_source": built}
     digests = _digests(lock_text, groups) if labels else {}  # they go only into the labels
     outputs = render.render(

@@ -241,10 +241,15 @@ def conda_pins(entries: Any, fmt: int = FORMAT_VERSION) -> dict[str, Pin]:
         f"{e['platform']}/{e['manager']}/{e['name']}": Pin(
             str(e["name"]),
             str(e["version"]),
-            [f"{k}:{v}" for k, v in sorted((e.get("hash") or {}).items())] if fmt >= 3 else [],
+            conda_hashes(e) if fmt >= 3 else [],
         )
         for e in entries
     }
+
+
+def conda_hashes(entry: dict[str, Any]) -> list[str]:
+    """A conda-lock entry's hashes as pins carry them: ["md5:...", "sha256:..."]."""
+    return [f"{k}:{v}" for k, v in sorted((entry.get("hash") or {}).items())]
 
 
 def resolution_id(pins: dict[str, Pin], fmt: int = FORMAT_VERSION) -> str:
