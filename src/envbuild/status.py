@@ -7,10 +7,12 @@ column "unknown", not the command fail: the rest is still worth knowing.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from envbuild import freshness, images, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import EngineUnavailable, ProfileError
+from envbuild.names import moving_tag
 from envbuild.profile import Profile
 from envbuild.project import Project
 
@@ -22,12 +24,13 @@ class ProfileStatus:
     problem: str  # the first error when not valid
     lockfile: str  # fresh | missing | stale | edited | -
     lock_reason: str
-    image: str  # tested | untested | stale | none | unknown | -
+    image: str  # tested | untested | stale | none | foreign | unknown | -
     image_ref: str
     next: str  # the command that moves it forward; "" when it is ready
     # a GPU profile's tested image: did its smoke test run the GPU checks (pass), or was it built
     # on a host without GPUs (skip)? "-" for CPU profiles and images not tested
     gpu_checks: str = "-"
+    image_problem: str = ""  # why the image column is "foreign"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -46,14 +49,32 @@ def image_state(rows: list[images.ImageRow], name: str) -> tuple[str, str, str]:
     return "none", "", "-"
 
 
+def foreign_tag(cli: Any, rows: list[images.ImageRow], repo: str, name: str) -> str:
+    """REPO:NAME when it names an image that is not one of this project's builds of NAME (retagged
+    by hand, or another project's under the same tag): `run NAME` and `push NAME` refuse it, so the
+    profile is not ready whatever its own images say. "" when the tag is ours or absent."""
+    import docker
+
+    tag = moving_tag(repo, name)
+    if any(tag in r.tags for r in rows if r.profile == name):
+        return ""
+    try:
+        cli.api.inspect_image(tag)
+    except docker.errors.ImageNotFound:
+        return ""
+    return tag
+
+
 def status(project: Project, names: list[str] | None = None) -> tuple[list[ProfileStatus], str]:
     """Each profile's status, and a note when the engine could not be asked."""
     expected = validate.load_all(project, names)
     chosen = names or sorted(expected)
     note = ""
     rows: list[images.ImageRow] | None
+    cli: Any = None
     try:
-        rows = images.survey(project, chosen, expected)[1].rows
+        cli, surveyed = images.survey(project, chosen, expected)
+        rows = surveyed.rows
     except EngineUnavailable as exc:
         rows, note = None, f"{exc.message}; image states are unknown"
     out = []
@@ -66,13 +87,25 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
         found = freshness.query(project, plan_mod.make(project, target, strict=False))
         state, reason = found.state, found.reason
         image, ref, gpu = ("unknown", "", "-") if rows is None else image_state(rows, name)
+        taken = "" if rows is None else _foreign(cli, rows, project, name)
+        problem = ""
+        if taken:
+            image, ref, gpu = "foreign", taken, "-"
+            problem = f"{taken} is not this project's build of {name} (retagged, or another project's): run refuses it"
         if state != "fresh":
             step = f"envbuild lock {name}"
         elif image == "unknown":
             step = "envbuild doctor"  # nothing could be asked of the engine: never "ready"
-        elif image in {"none", "stale", "untested"}:
+        elif image in {"none", "stale", "untested", "foreign"}:
             step = f"envbuild build {name}"
         else:
             step = ""
-        out.append(ProfileStatus(name, True, "", state, reason, image, ref, step, gpu))
+        out.append(ProfileStatus(name, True, "", state, reason, image, ref, step, gpu, problem))
     return out, note
+
+
+def _foreign(cli: Any, rows: list[images.ImageRow], project: Project, name: str) -> str:
+    try:
+        return foreign_tag(cli, rows, project.repository, name)
+    except EngineUnavailable:
+        return ""  # the survey just answered; a later hang leaves the state as the rows give it

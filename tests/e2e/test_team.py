@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from ..conftest import REPO
-from .conftest import envbuild
+from .conftest import BASE, envbuild
 
 pytestmark = pytest.mark.e2e
 
@@ -40,8 +41,15 @@ def test_a_training_run_saves_a_checkpoint_the_host_user_owns(
     assert zipfile.is_zipfile(ckpt)  # torch.save's format: the host reads it back
 
 
+def _status(cwd: Path) -> dict[str, Any]:
+    res = envbuild("status", "cpu-py311", "--json", cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    row: dict[str, Any] = json.loads(res.stdout)["profiles"][0]
+    return row
+
+
 def test_a_second_project_never_runs_the_first_projects_image(
-    built_cpu: dict[str, Any], repo_name: str, tmp_path: Path
+    built_cpu: dict[str, Any], repo_name: str, tmp_path: Path, docker_client: Any
 ) -> None:
     second = tmp_path / "team-project"
     for part in ("profiles", "lockfiles", "checks"):
@@ -50,6 +58,17 @@ def test_a_second_project_never_runs_the_first_projects_image(
     res = envbuild("run", "cpu-py311", "--", "python", "-c", "print('wrong image')", cwd=second)
     assert res.returncode == 2 and "wrong image" not in res.stdout
     assert "no image envbuild/team-project:cpu-py311" in res.stderr
+    # a foreign image under its tag (retagged by hand): run refuses it, so status must not say ready
+    foreign = "envbuild/team-project:cpu-py311"
+    docker_client.images.get(BASE).tag(foreign)
+    try:
+        row = _status(second)
+        assert (row["image"], row["image_ref"], row["next"]) == ("foreign", foreign, "envbuild build cpu-py311")
+        assert "run refuses it" in row["image_problem"]
+        res = envbuild("run", "cpu-py311", "--", "python", "-c", "print('wrong image')", cwd=second)
+        assert res.returncode == 2 and "is not an envbuild image of cpu-py311" in res.stderr
+    finally:
+        docker_client.images.remove(foreign)
     # sharing the repository by hand: the image's labels say another project built it, so it is refused
     (second / "envbuild.toml").write_text(f'[envbuild]\nrepository = "{repo_name}"\n')
     res = envbuild("run", "cpu-py311", "--", "python", "-c", "print('wrong image')", cwd=second)
@@ -57,3 +76,5 @@ def test_a_second_project_never_runs_the_first_projects_image(
     assert "was built by another project" in res.stderr
     res = envbuild("smoke", "cpu-py311", cwd=second)
     assert res.returncode == 2 and "was built by another project" in res.stderr
+    row = _status(second)  # the first project's tested image is not this project's
+    assert (row["image"], row["next"]) == ("foreign", "envbuild build cpu-py311")

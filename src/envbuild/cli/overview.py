@@ -52,8 +52,9 @@ def status(
         return
     output.err().print(f"images: {proj.repository}:NAME (this project's repository)")
     for r in rows:
-        if r.problem:
-            output.err().print(f"{r.profile}: {r.problem}")
+        for problem in (r.problem, r.image_problem):
+            if problem:
+                output.err().print(f"{r.profile}: {problem}")
         if r.gpu_checks == "skip":
             output.err().print(
                 f"{r.profile}: its smoke test ran without a GPU (built where there is none); "
