@@ -105,6 +105,27 @@ class Context:
         return {"PIP_INDEX_URL": self.plan.source.index_url, "PIP_EXTRA_INDEX_URL": self.plan.source.extra_index}
 
 
+ENTRY_SCRIPT_TEXT = (
+    "#!/bin/sh\n"
+    "# The image's entrypoint after tini (envbuild.names.IMAGE_ENTRYPOINT says why).\n"
+    "# A home the user cannot write (HOME=/ for a uid with no passwd entry): /tmp instead, as\n"
+    "# `envbuild run` does. A home that works is left alone: uid 1000's, root's.\n"
+    'if [ ! -w "${HOME:-/}" ] && [ -d /tmp ] && [ -w /tmp ]; then\n'
+    "    HOME=/tmp\n"
+    "    export HOME\n"
+    "fi\n"
+    "# Such a uid has no name either: getpass.getuser() raises KeyError, and torch before 2.13\n"
+    "# names torch.compile's cache with it (pytorch/pytorch#140765). USER gives it one.\n"
+    'if [ -z "${LOGNAME:-}${USER:-}${LNAME:-}${USERNAME:-}" ] && ! id -un >/dev/null 2>&1; then\n'
+    '    USER="uid$(id -u)"\n'
+    "    export USER\n"
+    "fi\n"
+    '[ "$#" -gt 0 ] || set -- python\n'
+    'exec "$@"\n'
+)
+"""The image's /opt/envbuild/entrypoint; the host's smoke run brings its own copy of it."""
+
+
 def smoke_files(plan: Plan) -> dict[str, str]:
     """What the context's smoke/ folder holds: the entry script, the in-image package and the
     project's own checks."""
@@ -117,24 +138,7 @@ def smoke_files(plan: Plan) -> dict[str, str]:
         "export PYTHONPATH\n"
         f'exec python -m {SMOKE_PACKAGE} "$@"\n'
     )
-    files[ENTRY_SCRIPT] = (
-        "#!/bin/sh\n"
-        "# The image's entrypoint after tini (envbuild.names.IMAGE_ENTRYPOINT says why).\n"
-        "# A home the user cannot write (HOME=/ for a uid with no passwd entry): /tmp instead, as\n"
-        "# `envbuild run` does. A home that works is left alone: uid 1000's, root's.\n"
-        'if [ ! -w "${HOME:-/}" ] && [ -d /tmp ] && [ -w /tmp ]; then\n'
-        "    HOME=/tmp\n"
-        "    export HOME\n"
-        "fi\n"
-        "# Such a uid has no name either: getpass.getuser() raises KeyError, and torch before 2.13\n"
-        "# names torch.compile's cache with it (pytorch/pytorch#140765). USER gives it one.\n"
-        'if [ -z "${LOGNAME:-}${USER:-}${LNAME:-}${USERNAME:-}" ] && ! id -un >/dev/null 2>&1; then\n'
-        '    USER="uid$(id -u)"\n'
-        "    export USER\n"
-        "fi\n"
-        '[ "$#" -gt 0 ] || set -- python\n'
-        'exec "$@"\n'
-    )
+    files[ENTRY_SCRIPT] = ENTRY_SCRIPT_TEXT
     return files
 
 

@@ -134,6 +134,41 @@ def test_a_tampered_file_and_manifest_a_rewritten_label_or_an_os_python_edit_fai
     assert _check(built_cpu["smoke"], "labels")["status"] == "pass"
 
 
+_FAKE = '{"passed": true, "failed": [], "checks": []}'
+
+
+def test_an_image_whose_own_smoke_test_was_replaced_cannot_fake_a_passing_report(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """It passed before: the smoke ran the image's own envbuild-smoke, which a derived image can
+    replace (here with one that prints a passing report) along with its package, its entrypoint
+    script and its ENTRYPOINT. The host's copy of the smoke test runs instead and finds the edit."""
+    faked = derived(
+        docker_client,
+        built_cpu["image_id"],
+        "USER root",
+        "RUN echo '# changed' >> /opt/venv/lib/python3.11/site-packages/numpy/__init__.py",
+        f"RUN echo '{_FAKE}' > /opt/envbuild/fake.json",
+        r"RUN printf '#!/bin/sh\ncat /opt/envbuild/fake.json\n' | tee /opt/envbuild/envbuild-smoke "
+        "/opt/envbuild/entrypoint",
+        """RUN echo 'print(open("/opt/envbuild/fake.json").read())' > /opt/envbuild/envbuild_smoke/__main__.py""",
+        'ENTRYPOINT ["/opt/envbuild/entrypoint"]',
+        "USER 1000:1000",
+    )
+    try:
+        # the image's own smoke test now lies
+        said = docker_client.containers.run(faked.id, ["envbuild-smoke", "--json", "-"], remove=True)
+        assert json.loads(said)["passed"] is True
+        report = host.run_in_image(docker_client, faked.id, gpus="none", accelerator="cpu")
+    finally:
+        docker_client.images.remove(faked.id, force=True)
+    assert not report["passed"] and report["failed"] == ["integrity"], report["failed"]
+    assert (
+        "numpy: 1 file(s) changed (lib/python3.11/site-packages/numpy/__init__.py)"
+        in _check(report, "integrity")["reason"]
+    )
+
+
 def test_diff_names_what_a_derived_image_added_and_agrees_with_the_lockfile(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path
 ) -> None:

@@ -183,12 +183,14 @@ def test_sweep_removes_only_smoke_containers_that_finished(docker_client: Any, b
     # what a SIGKILLed envbuild leaves: a finished smoke container; the next smoke run sweeps it
     image = built_cpu["image_id"]
     label = {LABEL_SMOKE_CONTAINER: image}
-    quick = [host.SMOKE_COMMAND, "--help"]
-    finished = docker_client.containers.create(image, quick, labels=label)
-    running = docker_client.containers.create(image, [host.SMOKE_COMMAND, "--gpus", "none"], labels=label)
+    smoke = ["python", "-m", "envbuild_smoke"]  # as run_in_image starts it (the image's copy, here)
+    quick, env = [*smoke, "--help"], {"PYTHONPATH": "/opt/envbuild"}
+    finished = docker_client.containers.create(image, quick, labels=label, environment=env)
+    running = docker_client.containers.create(image, [*smoke, "--gpus", "none"], labels=label, environment=env)
     inherited = docker_client.containers.create(image, ["true"], labels=label)  # label from a committed image
-    foreign = docker_client.containers.create(image, quick)
-    never_started = docker_client.containers.create(image, quick, labels=label)  # killed before start
+    foreign = docker_client.containers.create(image, quick, environment=env)
+    # killed before start, by an envbuild that ran the image's own envbuild-smoke
+    never_started = docker_client.containers.create(image, ["envbuild-smoke", "--help"], labels=label)
     ours = (finished, never_started, running, inherited, foreign)
     try:
         for c in (finished, running, inherited, foreign):

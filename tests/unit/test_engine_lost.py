@@ -150,6 +150,9 @@ def test_a_smoke_wait_that_runs_out_is_the_smoke_timeout_and_a_lost_engine_is_no
         def remove(self, force: bool) -> None:
             removed.append(force)
 
+        def put_archive(self, path: str, data: bytes) -> bool:
+            return True
+
     class Containers:
         def create(self, *_: Any, **__: Any) -> Container:
             return Container()
@@ -157,8 +160,13 @@ def test_a_smoke_wait_that_runs_out_is_the_smoke_timeout_and_a_lost_engine_is_no
         def list(self, **_: Any) -> list[Any]:
             return []
 
+    class Api:
+        def inspect_image(self, image: str) -> dict[str, Any]:
+            return {"Config": {"Labels": {"io.envbuild.profile": "cpu-py311"}}}
+
     class Cli:
         containers = Containers()
+        api = Api()
 
     with pytest.raises(EngineNoAnswer if not timed_out else SmokeError) as caught:
         host.run_in_image(Cli(), "sha256:abc", gpus="none", timeout=5)

@@ -18,29 +18,14 @@ from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.hostgpu import check_gpus, check_shm_size, gpus_for
-from envbuild.names import LABEL_ACCELERATOR, LABEL_SMOKE_CONTAINER, SMOKE_SHM_SIZE
+from envbuild.names import LABEL_ACCELERATOR, LABEL_PROFILE, LABEL_SMOKE_CONTAINER, SMOKE_SHM_SIZE
 from envbuild.profile import Profile
 from envbuild.project import Project
+from envbuild.smoke import container as smoke_container
 from envbuild.smoke import labels as labels_check
 from envbuild.smoke.inside.core import GPU_REFUSED_ENV
 
 STALE_AFTER_S = 600.0
-SMOKE_COMMAND = "envbuild-smoke"
-
-
-def _gpu_kwargs(accelerator: str, gpus: str) -> dict[str, Any]:
-    if gpus == "none" or accelerator == "cpu":
-        return {}
-    if accelerator == "rocm":
-        return {
-            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
-            "group_add": ["video"],
-            "security_opt": ["seccomp=unconfined"],
-        }
-    import docker
-
-    count = -1 if gpus in {"all", "auto"} else int(gpus)
-    return {"device_requests": [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]}
 
 
 def sweep_stale(cli: Any, older_than: float = STALE_AFTER_S) -> list[str]:
@@ -66,7 +51,7 @@ def sweep_stale(cli: Any, older_than: float = STALE_AFTER_S) -> list[str]:
         since = stale_since(container.attrs)
         if since is None or (now - since).total_seconds() < older_than:
             continue
-        if (container.attrs.get("Config", {}).get("Cmd") or [""])[0] != SMOKE_COMMAND:
+        if not smoke_container.is_smoke_command(container.attrs.get("Config", {}).get("Cmd") or []):
             continue  # a committed smoke container's label lives on in its image: not ours
         with contextlib.suppress(docker.errors.APIError):
             container.remove()  # no force: one that started after the inspect refuses and stays
@@ -120,28 +105,25 @@ def run_in_image(
     `shown`: how errors name the image (what the user typed); `image` is what runs (an ID)."""
     import docker
 
-    command = [SMOKE_COMMAND, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
-    if min_peak is not None:
-        command += ["--min-peak", str(min_peak)]
-    if lock_match is not None:
-        command += ["--lock-match", lock_match]
-    kwargs: dict[str, Any] = {}
-    if ipc_host:
-        kwargs["ipc_mode"] = "host"
-    elif shm_size:
-        kwargs["shm_size"] = shm_size
+    inspected = smoke_container.inspect(cli, image, shown)
+    labels = (inspected.get("Config") or {}).get("Labels") or {}
+    if not labels.get(LABEL_PROFILE):
+        raise smoke_container.not_envbuild(shown or image)
+    command, kwargs = smoke_container.settings(
+        inspected, gpus, check_timeout, min_peak=min_peak, lock_match=lock_match, ipc_host=ipc_host, shm_size=shm_size
+    )
     sweep_stale(cli)
-    gpu_kwargs = _gpu_kwargs(accelerator, gpus)
+    gpu_kwargs = smoke_container.gpu_kwargs(accelerator, gpus)
     refused: str | None = None
-    container = _create(cli, image, command, {**kwargs, **gpu_kwargs})
+    container = smoke_container.create(cli, image, command, {**kwargs, **gpu_kwargs})
     # From here on every way out removes the container, a SIGTERM in the middle of start()
     # included (the engine may already run it while the client still waits for the answer).
     try:
         try:
             container.start()
         except docker.errors.APIError as exc:
-            if "executable file not found" in str(exc.explanation or exc):
-                raise _not_envbuild(shown or image) from exc
+            if smoke_container.cannot_exec(str(exc.explanation or exc)):
+                raise smoke_container.not_envbuild(shown or image) from exc
             if not gpu_kwargs:
                 raise SmokeError(f"the smoke container did not start: {exc.explanation or exc}") from exc
             # The engine cannot hand out the GPUs (no NVIDIA runtime, no /dev/kfd). The image is
@@ -151,7 +133,8 @@ def run_in_image(
             refused = str(exc.explanation or exc)
             with contextlib.suppress(docker.errors.APIError):
                 container.remove(force=True)
-            container = _create(cli, image, command, {**kwargs, "environment": {GPU_REFUSED_ENV: refused}})
+            environment = {**kwargs["environment"], GPU_REFUSED_ENV: refused}
+            container = smoke_container.create(cli, image, command, {**kwargs, "environment": environment})
             try:
                 container.start()
             except docker.errors.APIError as exc2:
@@ -175,35 +158,15 @@ def run_in_image(
         report: dict[str, Any] = json.loads(out)
     except ValueError as exc:
         if code in (126, 127):
-            raise _not_envbuild(shown or image) from exc
+            raise smoke_container.not_envbuild(shown or image) from exc
         raise SmokeError(f"the smoke test crashed (exit {code}) before its report:\n{err[-2000:]}") from exc
     report["exit_code"] = code
     report["image"] = image
     if report.get("checks"):  # the labels must say what the checks found inside
-        labels_check.add((cli.api.inspect_image(image).get("Config") or {}).get("Labels") or {}, report)
+        labels_check.add(labels, report)
     if refused is not None:
         report["gpu_refused"] = refused
     return report
-
-
-def _not_envbuild(image: str) -> SmokeError:
-    return SmokeError(
-        f"{image} has no envbuild-smoke: it is not an envbuild image",
-        hint="only envbuild images carry the smoke test; build one with `envbuild build NAME`",
-    )
-
-
-def _create(cli: Any, image: str, command: list[str], kwargs: dict[str, Any]) -> Any:
-    import docker
-
-    try:
-        # create, then start: docker-py's containers.run() leaves the created container behind
-        # when the start fails (a GPU request on a host without the NVIDIA runtime does)
-        return cli.containers.create(image, command, labels={LABEL_SMOKE_CONTAINER: image}, **kwargs)
-    except docker.errors.ImageNotFound as exc:
-        raise SmokeError(f"no image {image} in the engine", hint="build it (envbuild build NAME) or pull it") from exc
-    except docker.errors.APIError as exc:
-        raise SmokeError(f"the smoke container could not be created: {exc.explanation or exc}") from exc
 
 
 def run_local(

@@ -1,0 +1,153 @@
+"""The smoke container: how it is made to run this envbuild's smoke test on an image's own
+environment, with the GPUs the accelerator needs."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from envbuild import buildctx
+from envbuild import plan as plan_mod
+from envbuild.errors import SmokeError
+from envbuild.names import ENTRY_SCRIPT, LABEL_SMOKE_CONTAINER
+
+# Where the host puts its own copy of the smoke test in the container (see with_host_smoke).
+HOST_SMOKE_DIR = "/.envbuild-smoke"
+
+
+_HEAD = ("python", "-m", buildctx.SMOKE_PACKAGE)
+
+
+def is_smoke_command(cmd: list[str]) -> bool:
+    """A smoke container's command: this envbuild's, or an earlier one's (the image's envbuild-smoke)."""
+    return tuple(cmd[: len(_HEAD)]) == _HEAD or cmd[:1] == [buildctx.SMOKE_ENTRY]
+
+
+def gpu_kwargs(accelerator: str, gpus: str) -> dict[str, Any]:
+    if gpus == "none" or accelerator == "cpu":
+        return {}
+    if accelerator == "rocm":
+        return {
+            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+            "group_add": ["video"],
+            "security_opt": ["seccomp=unconfined"],
+        }
+    import docker
+
+    count = -1 if gpus in {"all", "auto"} else int(gpus)
+    return {"device_requests": [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]}
+
+
+def not_envbuild(image: str) -> SmokeError:
+    return SmokeError(
+        f"{image} has no envbuild-smoke: it is not an envbuild image",
+        hint="only envbuild images carry the smoke test; build one with `envbuild build NAME`",
+    )
+
+
+def settings(
+    inspected: dict[str, Any],
+    gpus: str,
+    check_timeout: float,
+    *,
+    min_peak: float | None,
+    lock_match: str | None,
+    ipc_host: bool,
+    shm_size: str | None,
+) -> tuple[list[str], dict[str, Any]]:
+    """(command, create() arguments) of a smoke container, GPUs aside."""
+    command = [*_HEAD, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
+    if min_peak is not None:
+        command += ["--min-peak", str(min_peak)]
+    if lock_match is not None:
+        command += ["--lock-match", lock_match]
+    kwargs = with_host_smoke(inspected)
+    if ipc_host:
+        kwargs["ipc_mode"] = "host"
+    elif shm_size:
+        kwargs["shm_size"] = shm_size
+    return command, kwargs
+
+
+def with_host_smoke(inspected: dict[str, Any]) -> dict[str, Any]:
+    """What makes the container run this envbuild's smoke test, not the image's copy of it.
+
+    An image's own envbuild-smoke, its entrypoint and its smoke package are files a derived or
+    tampered image can replace, and a replaced one can print any report (a passing one included).
+    The container therefore starts the image's Python on the package as this host has it (put in
+    by _create, on the engine's side, so a remote engine works too), through this envbuild's entry
+    script, under the engine's own init: an ENTRYPOINT a derived image set is not run either. The
+    image's expect.json, manifest and checks are still read where the build put them; what they
+    say is held against the files (integrity) and the labels (labels check)."""
+    env = (inspected.get("Config") or {}).get("Env") or []
+    theirs = next((e.split("=", 1)[1] for e in env if e.startswith("PYTHONPATH=")), "")
+    return {
+        "entrypoint": ["/bin/sh", f"{HOST_SMOKE_DIR}/{ENTRY_SCRIPT}"],
+        "init": True,
+        # -m puts the working folder first on sys.path: ours, so a package of the same name in the
+        # image's WORKDIR is not what runs
+        "working_dir": HOST_SMOKE_DIR,
+        "environment": {
+            "PYTHONPATH": HOST_SMOKE_DIR + (f":{theirs}" if theirs else ""),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
+    }
+
+
+def host_smoke_tar() -> bytes:
+    """The host's smoke package and entry script as a tar for put_archive at /: readable by any
+    uid the image runs as, owned by root, so the checks cannot change them."""
+    import io
+    import tarfile
+
+    files = {f"{buildctx.SMOKE_PACKAGE}/{n}": t for n, t in plan_mod.smoke_sources().items()}
+    files[ENTRY_SCRIPT] = buildctx.ENTRY_SCRIPT_TEXT
+    root = HOST_SMOKE_DIR.lstrip("/")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for folder in (root, f"{root}/{buildctx.SMOKE_PACKAGE}"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for name, text in sorted(files.items()):
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(f"{root}/{name}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def cannot_exec(message: str) -> bool:
+    return "executable file not found" in message or "no such file or directory" in message
+
+
+def inspect(cli: Any, image: str, shown: str | None) -> dict[str, Any]:
+    import docker
+
+    try:
+        found: dict[str, Any] = cli.api.inspect_image(image)
+    except docker.errors.ImageNotFound as exc:
+        raise SmokeError(
+            f"no image {shown or image} in the engine", hint="build it (envbuild build NAME) or pull it"
+        ) from exc
+    return found
+
+
+def create(cli: Any, image: str, command: list[str], kwargs: dict[str, Any]) -> Any:
+    import docker
+
+    try:
+        # create, then start: docker-py's containers.run() leaves the created container behind
+        # when the start fails (a GPU request on a host without the NVIDIA runtime does)
+        container = cli.containers.create(image, command, labels={LABEL_SMOKE_CONTAINER: image}, **kwargs)
+    except docker.errors.ImageNotFound as exc:
+        raise SmokeError(f"no image {image} in the engine", hint="build it (envbuild build NAME) or pull it") from exc
+    except docker.errors.APIError as exc:
+        raise SmokeError(f"the smoke container could not be created: {exc.explanation or exc}") from exc
+    try:
+        container.put_archive("/", host_smoke_tar())
+    except docker.errors.APIError as exc:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+        raise SmokeError(f"the smoke test could not be put into the container: {exc.explanation or exc}") from exc
+    return container
