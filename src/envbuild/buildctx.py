@@ -15,6 +15,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -126,6 +127,15 @@ ENTRY_SCRIPT_TEXT = (
 """The image's /opt/envbuild/entrypoint; the host's smoke run brings its own copy of it."""
 
 
+PIP_WRAPPERS = ("bin/pip", "bin/pip3")
+"""/opt/envbuild/bin, first on the image's PATH: pip, saying how to extend the image when the
+image's user is refused an install (the environment belongs to root; README "Extending an image")."""
+
+
+def pip_wrapper() -> str:
+    return resources.files("envbuild").joinpath("data/pip-wrapper.sh").read_text("utf-8")
+
+
 def smoke_files(plan: Plan) -> dict[str, str]:
     """What the context's smoke/ folder holds: the entry script, the in-image package and the
     project's own checks."""
@@ -139,6 +149,7 @@ def smoke_files(plan: Plan) -> dict[str, str]:
         f'exec python -m {SMOKE_PACKAGE} "$@"\n'
     )
     files[ENTRY_SCRIPT] = ENTRY_SCRIPT_TEXT
+    files.update(dict.fromkeys(PIP_WRAPPERS, pip_wrapper()))
     return files
 
 
@@ -244,6 +255,7 @@ def _check_sbom(text: str, marker: Path) -> None:
 
 _VALIDATE = """
 import sys
+from importlib import resources
 from envbuild.sbomdoc import validate_document
 try:
     validate_document(sys.stdin.read())
@@ -355,7 +367,7 @@ def prepare(
     if groups:  # each layer's step writes its part of the manifest with the image's own module
         files[ctx / "tools" / "manifest.py"] = plan_mod.smoke_sources()["manifest.py"]
     atomic_write_many(files)
-    for script in (SMOKE_ENTRY, ENTRY_SCRIPT):
+    for script in (SMOKE_ENTRY, ENTRY_SCRIPT, *PIP_WRAPPERS):
         (ctx / SMOKE_DIR / script).chmod(0o755)
     if wheels:
         offline = ": every one, so the build asks no package index" if built.source.offline else ""

@@ -113,18 +113,7 @@ def _wheel(folder: Path) -> Path:
     return out
 
 
-def test_an_image_built_from_an_envbuild_image_adds_a_package(
-    docker_client: Any, built_cpu: dict[str, Any], tmp_path: Path, e2e_project: Path
-) -> None:
-    """The README's derived Dockerfile: FROM the image, USER root for the install, back to the user."""
-    wheel = _wheel(tmp_path)
-    dockerfile = (
-        f"FROM {built_cpu['image_id']}\n"
-        "USER root\n"
-        f"COPY {wheel.name} /tmp/\n"
-        f"RUN pip install --no-cache-dir --no-index /tmp/{wheel.name} && rm /tmp/{wheel.name}\n"
-        "USER 1000:1000\n"
-    )
+def _build_with(cli: Any, dockerfile: str, wheel: Path) -> Any:
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         for name, data in (("Dockerfile", dockerfile.encode()), (wheel.name, wheel.read_bytes())):
@@ -132,7 +121,24 @@ def test_an_image_built_from_an_envbuild_image_adds_a_package(
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     context.seek(0)
-    image = docker_client.images.build(fileobj=context, custom_context=True, rm=True)[0]
+    return cli.images.build(fileobj=context, custom_context=True, rm=True)[0]
+
+
+def test_an_image_built_from_an_envbuild_image_adds_a_package(
+    docker_client: Any, built_cpu: dict[str, Any], tmp_path: Path, e2e_project: Path
+) -> None:
+    """The README's derived Dockerfile: FROM the image, USER root for the install, back to the user.
+    Without the USER lines pip is refused (the environment belongs to root) and says how to fix it."""
+    import docker
+
+    wheel = _wheel(tmp_path)
+    install = f"COPY {wheel.name} /tmp/\nRUN pip install --no-cache-dir --no-index /tmp/{wheel.name}\n"
+    with pytest.raises(docker.errors.BuildError) as refused:
+        _build_with(docker_client, f"FROM {built_cpu['image_id']}\n{install}", wheel)
+    said = "".join(str(e.get("stream", "")) + str(e.get("error", "")) for e in refused.value.build_log)
+    assert "Permission denied" in said
+    assert "in a Dockerfile, put 'USER root' before this step and 'USER 1000:1000' after it" in said
+    image = _build_with(docker_client, f"FROM {built_cpu['image_id']}\nUSER root\n{install}USER 1000:1000\n", wheel)
     try:
         # it inherits io.envbuild.smoke=passed, but it is not the image that passed
         assert smokerecord.state(docker_client.images.get(built_cpu["image_id"]).attrs) == "passed"

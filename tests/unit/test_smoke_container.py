@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import io
+import subprocess
 import tarfile
+from pathlib import Path
+
+import pytest
 
 from envbuild import buildctx, plan
 from envbuild.smoke import container
@@ -38,3 +42,40 @@ def test_the_container_starts_the_host_copy_first_on_the_path_under_the_engines_
     assert container.is_smoke_command(command)
     assert container.is_smoke_command(["envbuild-smoke", "--json", "-"])  # an earlier envbuild's
     assert not container.is_smoke_command(["true"])
+
+
+@pytest.mark.parametrize(
+    ("uid", "args", "code", "hinted"),
+    [
+        (1000, ["install", "tqdm"], 1, True),
+        (1000, ["--disable-pip-version-check", "install", "-r", "r.txt"], 1, True),
+        (1000, ["install", "tqdm"], 0, False),  # it worked (a --target elsewhere, say)
+        (1000, ["list"], 2, False),
+        (0, ["install", "tqdm"], 1, False),  # root's install failed for another reason
+    ],
+)
+def test_the_images_pip_names_the_fix_when_the_user_is_refused_an_install(
+    tmp_path: Path, uid: int, args: list[str], code: int, hinted: bool
+) -> None:
+    """`FROM image` + `RUN pip install` as the image's user failed with pip's "Permission denied
+    ... Check the permissions" alone: the environment belongs to root by design."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake = {
+        "id": f'#!/bin/sh\n[ "$1" = -g ] && echo {uid} && exit 0\necho {uid}\n',
+        # pip's own run, with the exit code under test; the site folder, one this user cannot write
+        "python": f'#!/bin/sh\n[ "$1" = -m ] && echo "pip ran: $*" && exit {code}\necho {tmp_path}/no-such-site\n',
+    }
+    for name, text in fake.items():
+        (tools / name).write_text(text)
+        (tools / name).chmod(0o755)
+    wrapper = tmp_path / "pip"
+    wrapper.write_text(buildctx.pip_wrapper())
+    out = subprocess.run(
+        ["sh", str(wrapper), *args], env={"PATH": f"{tools}:/usr/bin:/bin"}, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == code and out.stdout == f"pip ran: -m pip {' '.join(args)}\n"
+    fix = f"envbuild: in a Dockerfile, put 'USER root' before this step and 'USER {uid}:{uid}' after it."
+    assert (fix in out.stderr) is hinted, out.stderr
+    if hinted:
+        assert f"{tmp_path}/no-such-site belongs to root" in out.stderr
