@@ -79,3 +79,27 @@ def test_the_images_pip_names_the_fix_when_the_user_is_refused_an_install(
     assert (fix in out.stderr) is hinted, out.stderr
     if hinted:
         assert f"{tmp_path}/no-such-site belongs to root" in out.stderr
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_while_the_smoke_test_is_put_in_removes_the_container(raised: type[BaseException]) -> None:
+    """Between create() and the caller's try/finally nothing else would remove it."""
+    removed: list[bool] = []
+
+    class Made:
+        def put_archive(self, path: str, data: bytes) -> bool:
+            raise raised()
+
+        def remove(self, force: bool) -> None:
+            removed.append(force)
+
+    class Containers:
+        def create(self, *_: object, **__: object) -> Made:
+            return Made()
+
+    class Cli:
+        containers = Containers()
+
+    with pytest.raises(raised):
+        container.create(Cli(), "sha256:abc", ["python"], {})
+    assert removed == [True]

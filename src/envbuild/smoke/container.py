@@ -146,8 +146,10 @@ def create(cli: Any, image: str, command: list[str], kwargs: dict[str, Any]) -> 
         raise SmokeError(f"the smoke container could not be created: {exc.explanation or exc}") from exc
     try:
         container.put_archive("/", host_smoke_tar())
-    except docker.errors.APIError as exc:
+    except BaseException as exc:  # an interrupt here too: the caller's cleanup has no container yet
         with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True)
-        raise SmokeError(f"the smoke test could not be put into the container: {exc.explanation or exc}") from exc
+        if isinstance(exc, docker.errors.APIError):
+            raise SmokeError(f"the smoke test could not be put into the container: {exc.explanation or exc}") from exc
+        raise
     return container
