@@ -101,7 +101,8 @@ def _sdk_build(
         )
         if found is None:
             raise
-        found.hint += f"; the build's output so far is in {log.path}"
+        quiet = f"; a step that runs longer without output: raise {enginelost.STEP_TIMEOUT_ENV}"
+        found.hint += f"; the build's output so far is in {log.path}" + (quiet if found.timed_out else "")
         raise found from exc
     if not image_id:
         raise log.error(prof.name, "the engine finished without an image ID")
@@ -323,7 +324,7 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     timings: dict[str, float] = {}
     # The engine first: what it runs decides the platform, and a silent engine is found before
     # hundreds of MB of wheels are linked into a context.
-    cli = engine.client()
+    cli = engine.client(timeout=enginelost.step_timeout())
     info = cli.info()
     platform = _target_platform(plan, opts.platform, str(info.get("Architecture") or "") or None)
     # Said before anything is downloaded: a full disk otherwise shows only minutes later, mid-layer.

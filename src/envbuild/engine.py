@@ -94,29 +94,16 @@ def unreachable_cause(origin: str, message: str) -> tuple[str, str]:
     return printable(message, 300) if message else "no answer", f"{_START} or {_ELSEWHERE}"
 
 
-PING_TIMEOUT_ENV = "ENVBUILD_ENGINE_TIMEOUT"
-
-
-def ping_timeout() -> float:
-    """How long the first question to the engine may take: an engine that accepts connections and
-    never answers is reported after this many seconds (ENVBUILD_ENGINE_TIMEOUT, default 15), not
-    after the client's 10-minute timeout for builds and pushes."""
-    try:
-        return float(os.environ.get(PING_TIMEOUT_ENV, "") or 15)
-    except ValueError:
-        return 15.0
-
-
 def client(timeout: float = 600) -> Any:
     """A connected docker-py client, or EngineUnavailable saying where it looked. `timeout` is for
-    the calls that follow (a build step, a push); the first answer must come within ping_timeout()."""
+    the calls that follow (a build step, a push); the first answer must come within enginelost.ping_timeout()."""
     import docker
     import requests
 
     url, origin = engine_url()
     try:
         # the constructor already asks the engine (its API version): the short limit applies from there
-        first = min(float(timeout), ping_timeout())
+        first = min(float(timeout), enginelost.ping_timeout())
         cli = docker.DockerClient(base_url=url, timeout=first, use_ssh_client=url.startswith("ssh://"))
         cli.ping()
         cli.api.timeout = timeout
@@ -243,20 +230,6 @@ class Transfer:
         return text
 
 
-STALL_ENV = "ENVBUILD_STALL_TIMEOUT"
-
-
-def stall_timeout() -> float:
-    """How long a push or pull may go without moving a byte before it counts as stalled
-    (ENVBUILD_STALL_TIMEOUT, default 120 s): a link that stops forwarding otherwise looks like a
-    slow one until the client's 10-minute timeout."""
-    try:
-        value = float(os.environ.get(STALL_ENV, "") or 120)
-    except ValueError:
-        return 120.0
-    return value if value > 0 else 120.0
-
-
 @contextlib.contextmanager
 def patience(cli: Any, seconds: float) -> Iterator[None]:
     """Calls made inside wait at most `seconds` for each answer from the engine (a socket read),
@@ -276,7 +249,7 @@ def transfer(cli: Any, verb: str, start: Callable[[], Iterable[dict[str, Any]]],
     """Run one push or pull (`start` makes the SDK's request) with stall detection; its digest."""
     import docker
 
-    stall = stall_timeout()
+    stall = enginelost.stall_timeout()
     with patience(cli, stall):
         try:
             chunks = start()

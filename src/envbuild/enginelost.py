@@ -7,6 +7,7 @@ envbuild", after the client's whole timeout, and `status` could not fall back to
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -85,3 +86,41 @@ def guard(api: Any, url: str) -> None:
             reraise(exc, url, _call(request), kwargs.get("timeout"))
 
     api.send = guarded
+
+
+PING_TIMEOUT_ENV = "ENVBUILD_ENGINE_TIMEOUT"
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def ping_timeout() -> float:
+    """How long the first question to the engine may take: an engine that accepts connections and
+    never answers is reported after this many seconds (ENVBUILD_ENGINE_TIMEOUT, default 15), not
+    after the client's 10-minute timeout for builds and pushes."""
+    return _seconds(PING_TIMEOUT_ENV, 15)
+
+
+STEP_TIMEOUT_ENV = "ENVBUILD_STEP_TIMEOUT"
+
+
+def step_timeout() -> float:
+    """How long a build step may print nothing before the engine counts as not answering
+    (ENVBUILD_STEP_TIMEOUT, default 600 s): the classic builder streams nothing while a step runs
+    quietly, so a hung engine and a long silent step look the same from here."""
+    return _seconds(STEP_TIMEOUT_ENV, 600)
+
+
+STALL_ENV = "ENVBUILD_STALL_TIMEOUT"
+
+
+def stall_timeout() -> float:
+    """How long a push or pull may go without moving a byte before it counts as stalled
+    (ENVBUILD_STALL_TIMEOUT, default 120 s): a link that stops forwarding otherwise looks like a
+    slow one until the client's 10-minute timeout."""
+    return _seconds(STALL_ENV, 120)

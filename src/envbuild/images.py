@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envbuild import build as build_mod
-from envbuild import engine, freshness, layering, publish, smokerecord, validate
+from envbuild import engine, enginelost, freshness, layering, publish, smokerecord, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import ProfileError
 from envbuild.names import (
@@ -142,7 +142,7 @@ def survey(
     """The project's envbuild images, newest first, each classified."""
     # Listing and inspecting must answer as soon as the first ping must: an engine that answers the
     # ping and then hangs makes `status` say "unknown" after ENVBUILD_ENGINE_TIMEOUT, not a minute.
-    cli = engine.client(timeout=engine.ping_timeout())
+    cli = engine.client(timeout=enginelost.ping_timeout())
     source = source_label(project)
     expected = validate.load_all(project, names) if expected is None else expected
     # The local lockfile's hash, once per profile rather than once per image.

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envbuild import engine, freshness, smokerecord
+from envbuild import engine, enginelost, freshness, smokerecord
 from envbuild import plan as plan_mod
 from envbuild.aptfile import apt_lock_name
 from envbuild.errors import EnvbuildError, PublishError, UsageError, VerifyError
@@ -107,7 +107,7 @@ def registry_hint(ref: str, answer: str) -> str:
     if text.startswith(engine.STALLED):
         return (
             f"the link between the engine and {host} stopped moving data: check the network or proxy on the "
-            f"way; on a slow link raise {engine.STALL_ENV} (now {engine.stall_timeout():g} s)"
+            f"way; on a slow link raise {enginelost.STALL_ENV} (now {enginelost.stall_timeout():g} s)"
         )
     if any(s in text for s in ("no basic auth credentials", "unauthorized", "authentication required", "denied")):
         return (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from envbuild import engine
+from envbuild import engine, enginelost
 from envbuild.errors import EngineNoAnswer
 from tests.conftest import Result
 
@@ -242,5 +242,14 @@ def test_a_moving_stream_is_never_stalled() -> None:
 
 @pytest.mark.parametrize(("raw", "expected"), [("", 120.0), ("5", 5.0), ("nope", 120.0), ("-3", 120.0)])
 def test_the_stall_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, expected: float) -> None:
-    monkeypatch.setenv(engine.STALL_ENV, raw)
-    assert engine.stall_timeout() == expected
+    monkeypatch.setenv(enginelost.STALL_ENV, raw)
+    assert enginelost.stall_timeout() == expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("", 600.0), ("3600", 3600.0), ("nope", 600.0), ("0", 600.0)])
+def test_a_build_steps_quiet_limit_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, raw: str, expected: float
+) -> None:
+    """A step that runs quietly past it (a long sdist build) read as a hung engine, with no way out."""
+    monkeypatch.setenv(enginelost.STEP_TIMEOUT_ENV, raw)
+    assert enginelost.step_timeout() == expected

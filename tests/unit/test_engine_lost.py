@@ -129,6 +129,7 @@ def test_a_build_whose_stream_goes_quiet_names_the_step_and_the_log(tmp_path: Pa
     err = caught.value
     assert "Step 7/55 : RUN apt-get install" in err.message and "got no reply in 600 s" in err.message
     assert str(tmp_path / "build.log") in err.hint
+    assert "a step that runs longer without output: raise ENVBUILD_STEP_TIMEOUT" in err.hint
 
 
 @pytest.mark.parametrize("timed_out", [True, False], ids=["smoke-timeout", "engine-gone"])
