@@ -255,7 +255,6 @@ def _check_sbom(text: str, marker: Path) -> None:
 
 _VALIDATE = """
 import sys
-from importlib import resources
 from envbuild.sbomdoc import validate_document
 try:
     validate_document(sys.stdin.read())

@@ -75,7 +75,7 @@ def with_host_smoke(inspected: dict[str, Any]) -> dict[str, Any]:
     An image's own envbuild-smoke, its entrypoint and its smoke package are files a derived or
     tampered image can replace, and a replaced one can print any report (a passing one included).
     The container therefore starts the image's Python on the package as this host has it (put in
-    by _create, on the engine's side, so a remote engine works too), through this envbuild's entry
+    by create(), on the engine's side, so a remote engine works too), through this envbuild's entry
     script, under the engine's own init: an ENTRYPOINT a derived image set is not run either. The
     image's expect.json, manifest and checks are still read where the build put them; what they
     say is held against the files (integrity) and the labels (labels check)."""
