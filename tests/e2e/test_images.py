@@ -77,12 +77,15 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     proj = tmp_path / "proj"
     for part in ("profiles", "lockfiles", "checks"):
         shutil.copytree(REPO / part, proj / part)
+    repo = f"{repo_name}-images"
+    # the project's own repository: REPO:NAME is the tag `run` and `status` go by (without this, a
+    # developer's own project named "proj" on the same engine owns envbuild/proj:cpu-py311)
+    (proj / "envbuild.toml").write_text(f'[envbuild]\nrepository = "{repo}"\n')
     prof = validate.load_valid(proj / "profiles" / "cpu-py311.yaml")
     lock_sha = lockfile.lock_sha256((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
     image_digest = plan_mod.make(open_project(str(proj)), prof, strict=False).image_digest
     apt_sha = lockfile.lock_sha256((proj / "lockfiles" / "cpu-py311" / "apt.lock").read_text())
     source = f"file://{proj}"
-    repo = f"{repo_name}-images"
 
     def labels(name: str, sha: str, *, src: str = source) -> dict[str, str]:
         out = {
