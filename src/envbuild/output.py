@@ -14,19 +14,20 @@ if TYPE_CHECKING:
 
 # markup=False: what envbuild prints is mostly data (an engine's error, a profile's value, a
 # check's reason), and rich would read "[gpu]" in it as a style and drop it, or fail on "[/x]".
+# emoji=False likewise: an image called "lab:x" came out as "lab❌" ("lab:x: " holds rich's ":x:").
 # Colour is asked for explicitly, with styled().
 @cache
 def out() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True, markup=False)
+    return Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 @cache
 def err() -> Any:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:

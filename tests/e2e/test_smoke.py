@@ -385,3 +385,23 @@ def test_smoke_of_an_image_that_is_not_an_envbuild_image(docker_client: Any, e2e
     assert f"{base} has no envbuild-smoke: it is not an envbuild image" in res.stderr
     assert "OCI runtime" not in res.stderr
     assert _smoke_containers(docker_client, docker_client.images.get(base).id) == []
+
+
+def test_smoke_of_an_envbuild_labelled_image_without_python_or_a_shell_says_so(
+    docker_client: Any, e2e_project: Path
+) -> None:
+    """Its labels say envbuild built it, so "not an envbuild image" would mislead: the smoke test
+    cannot start there, and the message says what it needs."""
+    label = 'LABEL io.envbuild.profile="cpu-py311"'
+    no_python = derived(docker_client, BASE, label)
+    no_shell = derived(docker_client, "scratch", label)
+    try:
+        for image, said in ((no_python, "python: not found"), (no_shell, "/bin/sh")):
+            res = envbuild("smoke", image.id, cwd=e2e_project)
+            assert res.returncode == 8, res.stderr
+            assert f"the smoke test cannot start in {image.id}" in res.stderr and said in res.stderr, res.stderr
+            assert "it runs the image's /bin/sh and `python`" in res.stderr
+            assert _smoke_containers(docker_client, image.id) == []
+    finally:
+        for image in (no_python, no_shell):
+            docker_client.images.remove(image.id, force=True)

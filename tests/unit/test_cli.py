@@ -329,6 +329,9 @@ def test_brackets_in_data_are_printed_as_they_are(cli: Cli, project: Path, write
     res = cli("validate", "cu121-py311", "--project", str(project))
     assert res.code == 2 and "Traceback" not in res.err
     assert "numpy: '[/x]' is not an exact numpy release" in res.out
+    # and ":x:" as an emoji: an image named lab:x came out as "lab❌"
+    res = cli("show", "lab:x:", "--project", str(project))
+    assert res.code == 2 and "error: no profile 'lab:x:'" in res.err, res.err
 
 
 def test_smoke_table_keeps_the_engines_words(capsys: pytest.CaptureFixture[str]) -> None:

@@ -45,6 +45,15 @@ def not_envbuild(image: str) -> SmokeError:
     )
 
 
+def cannot_run(image: str, why: str) -> SmokeError:
+    """An envbuild image (its labels say so) in which the smoke test cannot start."""
+    return SmokeError(
+        f"the smoke test cannot start in {image}: {why.strip()[-300:]}",
+        hint="it runs the image's /bin/sh and `python` (first on PATH); a derived image that removed "
+        "or replaced them cannot be checked: rebuild from the envbuild image",
+    )
+
+
 def settings(
     inspected: dict[str, Any],
     gpus: str,
@@ -118,7 +127,7 @@ def host_smoke_tar() -> bytes:
 
 
 def cannot_exec(message: str) -> bool:
-    return "executable file not found" in message or "no such file or directory" in message
+    return "executable file not found" in message or "no such file or directory" in message.lower()
 
 
 def inspect(cli: Any, image: str, shown: str | None) -> dict[str, Any]:

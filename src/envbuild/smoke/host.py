@@ -123,7 +123,7 @@ def run_in_image(
             container.start()
         except docker.errors.APIError as exc:
             if smoke_container.cannot_exec(str(exc.explanation or exc)):
-                raise smoke_container.not_envbuild(shown or image) from exc
+                raise smoke_container.cannot_run(shown or image, str(exc.explanation or exc)) from exc
             if not gpu_kwargs:
                 raise SmokeError(f"the smoke container did not start: {exc.explanation or exc}") from exc
             # The engine cannot hand out the GPUs (no NVIDIA runtime, no /dev/kfd). The image is
@@ -157,8 +157,8 @@ def run_in_image(
     try:
         report: dict[str, Any] = json.loads(out)
     except ValueError as exc:
-        if code in (126, 127):
-            raise smoke_container.not_envbuild(shown or image) from exc
+        if code in (126, 127):  # the shell ran; `python` did not (not found, not executable)
+            raise smoke_container.cannot_run(shown or image, err or f"exit {code}") from exc
         raise SmokeError(f"the smoke test crashed (exit {code}) before its report:\n{err[-2000:]}") from exc
     report["exit_code"] = code
     report["image"] = image
