@@ -1,7 +1,7 @@
 #!/bin/sh
 # envbuild: the environment's pip, run as `python -m pip`. The environment belongs to root, so the
 # image's user cannot change what the smoke test certified; an install it is refused gets the fix
-# for a derived Dockerfile after pip's own error (README: "Extending an image").
+# for a derived Dockerfile after pip's own error (README: "Building on an envbuild image").
 python -m pip "$@"
 code=$?
 if [ "$code" -ne 0 ] && [ "$(id -u)" -ne 0 ]; then
