@@ -61,7 +61,7 @@ def envbuild(
 def derived(cli: Any, base: str, *lines: str) -> Any:
     """An image FROM `base` plus `lines`: a variant of a real build, to relabel or break."""
     dockerfile = "\n".join([f"FROM {base}", *lines]) + "\n"
-    image, _ = cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True)
+    image, _ = cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True)
     return image
 
 

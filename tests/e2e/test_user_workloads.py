@@ -121,7 +121,8 @@ def _build_with(cli: Any, dockerfile: str, wheel: Path) -> Any:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     context.seek(0)
-    return cli.images.build(fileobj=context, custom_context=True, rm=True)[0]
+    # forcerm: the build that is meant to fail leaves no container behind
+    return cli.images.build(fileobj=context, custom_context=True, rm=True, forcerm=True)[0]
 
 
 def test_an_image_built_from_an_envbuild_image_adds_a_package(
