@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from envbuild import freshness, images, validate
+from envbuild import engine, freshness, images, localimage, validate
 from envbuild import plan as plan_mod
-from envbuild.errors import EngineUnavailable, ProfileError
+from envbuild.errors import EngineUnavailable, ImageMissing, ProfileError, UsageError
 from envbuild.names import moving_tag
 from envbuild.profile import Profile
 from envbuild.project import Project
@@ -49,20 +49,23 @@ def image_state(rows: list[images.ImageRow], name: str) -> tuple[str, str, str]:
     return "none", "", "-"
 
 
-def foreign_tag(cli: Any, rows: list[images.ImageRow], repo: str, name: str) -> str:
-    """REPO:NAME when it names an image that is not one of this project's builds of NAME (retagged
-    by hand, or another project's under the same tag): `run NAME` and `push NAME` refuse it, so the
-    profile is not ready whatever its own images say. "" when the tag is ours or absent."""
-    import docker
-
-    tag = moving_tag(repo, name)
-    if any(tag in r.tags for r in rows if r.profile == name):
-        return ""
+def foreign_problem(cli: Any, rows: list[images.ImageRow], project: Project, prof: Profile) -> tuple[str, str]:
+    """(REPO:NAME, why) when the profile's tag names an image `run NAME` refuses (retagged by hand,
+    or another project's under the same tag), judged by localimage.check_belongs as `run` judges
+    it: the profile is not ready whatever its own images say. ("", "") when the tag is ours or absent."""
+    tag = moving_tag(project.repository, prof.name)
+    if any(tag in r.tags for r in rows if r.profile == prof.name):
+        return "", ""  # one of the builds the survey found: check_belongs would pass it
     try:
-        cli.api.inspect_image(tag)
-    except docker.errors.ImageNotFound:
-        return ""
-    return tag
+        image = engine.local_image(cli, tag, prof.name)
+        localimage.check_belongs(project, prof, tag, dict(image.labels or {}))
+    except ImageMissing:
+        return "", ""
+    except EngineUnavailable:
+        return "", ""  # the survey just answered; a later hang leaves the state as the rows give it
+    except UsageError as exc:
+        return tag, f"{exc.message}: run refuses it"
+    return "", ""
 
 
 def status(project: Project, names: list[str] | None = None) -> tuple[list[ProfileStatus], str]:
@@ -87,11 +90,9 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
         found = freshness.query(project, plan_mod.make(project, target, strict=False))
         state, reason = found.state, found.reason
         image, ref, gpu = ("unknown", "", "-") if rows is None else image_state(rows, name)
-        taken = "" if rows is None else _foreign(cli, rows, project, name)
-        problem = ""
+        taken, problem = ("", "") if rows is None else foreign_problem(cli, rows, project, target)
         if taken:
             image, ref, gpu = "foreign", taken, "-"
-            problem = f"{taken} is not this project's build of {name} (retagged, or another project's): run refuses it"
         if state != "fresh":
             step = f"envbuild lock {name}"
         elif image == "unknown":
@@ -102,10 +103,3 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
             step = ""
         out.append(ProfileStatus(name, True, "", state, reason, image, ref, step, gpu, problem))
     return out, note
-
-
-def _foreign(cli: Any, rows: list[images.ImageRow], project: Project, name: str) -> str:
-    try:
-        return foreign_tag(cli, rows, project.repository, name)
-    except EngineUnavailable:
-        return ""  # the survey just answered; a later hang leaves the state as the rows give it

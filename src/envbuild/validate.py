@@ -340,11 +340,13 @@ def _check_packages(ld: Loaded, data: dict[str, Any]) -> None:
             req = Requirement(str(item))
         except InvalidRequirement:
             continue  # the model says what is wrong with it
+        if req.marker is not None:
+            continue  # markers may tell two entries apart (one per Python or platform)
         key = canonical(req.name)
-        if req.marker is None and key in first:
+        if key in first:
             where = f"packages[{first[key]}]"
             ld.add("error", f"packages[{i}]", f"{req.name} is listed twice (also {where})", "keep one pin", str(item))
-        elif req.marker is None:
+        else:
             first[key] = i
 
 
