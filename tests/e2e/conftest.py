@@ -97,16 +97,53 @@ def _owned(ref: str) -> bool:
     return ref.startswith(SESSION_REPO) or any(ref.startswith(f"{host}/") for host in SESSION_REGISTRIES)
 
 
+def _images(cli: Any) -> dict[str, list[str]]:
+    """Every image the engine holds, intermediate ones included: id -> its tags."""
+    return {i["Id"]: [t for t in i.get("RepoTags") or [] if t != "<none>:<none>"] for i in cli.api.images(all=True)}
+
+
+def remove_images_made_since(cli: Any, before: dict[str, list[str]]) -> None:
+    """Remove the images that appeared since `before` and are this suite's: built on the test base
+    (its layers come first) or tagged under the session's names; and the containers that use them.
+
+    A failed build's intermediate images and the builder stages envbuild keeps as cache carry no
+    tag, so removing tags alone left ~11 GB per run, and one run filled a CI machine's disk. An image
+    wearing a tag that existed before is kept: the window moved that tag, and a later test may use
+    it. noprune, children first: a new image's older untagged parents (a session fixture's build
+    cache) stay for the tests after this one.
+    """
+    known_tags = {t for tags in before.values() for t in tags}
+    base = cli.api.inspect_image(BASE)["RootFS"]["Layers"]
+    ours: list[tuple[str, str]] = []
+    for image_id, tags in _images(cli).items():
+        if image_id in before or any(t in known_tags for t in tags):
+            continue
+        with contextlib.suppress(Exception):
+            attrs = cli.api.inspect_image(image_id)
+            if attrs["RootFS"]["Layers"][: len(base)] == base or any(_owned(t) for t in tags):
+                ours.append((attrs["Created"], image_id))
+    ids = {image_id for _, image_id in ours}
+    for container in cli.api.containers(all=True):
+        if container.get("ImageID") in ids:
+            with contextlib.suppress(Exception):
+                cli.api.remove_container(container["Id"], force=True)
+    for _, image_id in sorted(ours, reverse=True):
+        with contextlib.suppress(Exception):
+            cli.api.remove_image(image_id, force=True, noprune=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def engine_left_as_found(docker_client: Any) -> Iterator[None]:
-    """The containers and tags this session made go at the end, even after a failed test.
+    """The containers, tags and images this session made go at the end, even after a failed test.
 
     Tests clean up after themselves; this catches what a killed build (by design) or a failed
     assertion leaves, so a developer's engine does not fill up run after run. Only what the
-    session owns (its repository prefix, its registries) is touched: another suite or a user
-    working against the same engine at the same time keeps everything of theirs.
+    session owns (its repository prefix, its registries, images built on the test base) is
+    touched: another suite or a user working against the same engine at the same time keeps
+    everything of theirs that is not built on envbuild's test base.
     """
     containers = {c.id for c in docker_client.containers.list(all=True, ignore_removed=True)}
+    images = _images(docker_client)
     tags = {t for image in docker_client.images.list() for t in image.tags}
     yield
     owned_images = {image.id for image in docker_client.images.list() if any(_owned(t) for t in image.tags)}
@@ -121,6 +158,16 @@ def engine_left_as_found(docker_client: Any) -> Iterator[None]:
             if tag not in tags and _owned(tag):
                 with contextlib.suppress(Exception):
                     docker_client.images.remove(tag, force=True)
+    remove_images_made_since(docker_client, images)
+
+
+@pytest.fixture(autouse=True)
+def images_made_by_the_test_go(docker_client: Any) -> Iterator[None]:
+    """What one test builds goes when it ends: the suite's peak disk is one test's images plus the
+    session fixtures', not the sum over every test (which filled a CI machine's disk)."""
+    before = _images(docker_client)
+    yield
+    remove_images_made_since(docker_client, before)
 
 
 @pytest.fixture(scope="session")
