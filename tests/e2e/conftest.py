@@ -102,9 +102,10 @@ def _images(cli: Any) -> dict[str, list[str]]:
     return {i["Id"]: [t for t in i.get("RepoTags") or [] if t != "<none>:<none>"] for i in cli.api.images(all=True)}
 
 
-def remove_images_made_since(cli: Any, before: dict[str, list[str]]) -> None:
+def remove_images_made_since(cli: Any, before: dict[str, list[str]], basetemp: Path) -> None:
     """Remove the images that appeared since `before` and are this suite's: built on the test base
-    (its layers come first) or tagged under the session's names; and the containers that use them.
+    (its layers come first), tagged under the session's names or labelled as built from a project
+    under the session's `basetemp`; their new parents; and the containers that use them.
 
     A failed build's intermediate images and the builder stages envbuild keeps as cache carry no
     tag, so removing tags alone left ~11 GB per run, and one run filled a CI machine's disk. An image
@@ -114,26 +115,42 @@ def remove_images_made_since(cli: Any, before: dict[str, list[str]]) -> None:
     """
     known_tags = {t for tags in before.values() for t in tags}
     base = cli.api.inspect_image(BASE)["RootFS"]["Layers"]
-    ours: list[tuple[str, str]] = []
-    for image_id, tags in _images(cli).items():
+    listed = {i["Id"]: i for i in cli.api.images(all=True)}
+    ours: set[str] = set()
+    for image_id, image in listed.items():
+        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
         if image_id in before or any(t in known_tags for t in tags):
             continue
+        source = str((image.get("Labels") or {}).get("org.opencontainers.image.source", ""))
         with contextlib.suppress(Exception):
             attrs = cli.api.inspect_image(image_id)
-            if attrs["RootFS"]["Layers"][: len(base)] == base or any(_owned(t) for t in tags):
-                ours.append((attrs["Created"], image_id))
-    ids = {image_id for _, image_id in ours}
+            if (
+                attrs["RootFS"]["Layers"][: len(base)] == base
+                or any(_owned(t) for t in tags)
+                or source.startswith(f"file://{basetemp}/")
+            ):
+                ours.add(image_id)
+
+    def ancestors(image_id: str) -> list[str]:
+        chain, parent = [], listed[image_id].get("ParentId", "")
+        while parent in listed:
+            chain.append(parent)
+            parent = listed[parent].get("ParentId", "")
+        return chain
+
+    for image_id in list(ours):  # the steps that built it, FROM scratch included
+        ours.update(p for p in ancestors(image_id) if p not in before)
     for container in cli.api.containers(all=True):
-        if container.get("ImageID") in ids:
+        if container.get("ImageID") in ours:
             with contextlib.suppress(Exception):
                 cli.api.remove_container(container["Id"], force=True)
-    for _, image_id in sorted(ours, reverse=True):
+    for image_id in sorted(ours, key=lambda i: len(ancestors(i)), reverse=True):  # children first
         with contextlib.suppress(Exception):
             cli.api.remove_image(image_id, force=True, noprune=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def engine_left_as_found(docker_client: Any) -> Iterator[None]:
+def engine_left_as_found(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The containers, tags and images this session made go at the end, even after a failed test.
 
     Tests clean up after themselves; this catches what a killed build (by design) or a failed
@@ -158,16 +175,16 @@ def engine_left_as_found(docker_client: Any) -> Iterator[None]:
             if tag not in tags and _owned(tag):
                 with contextlib.suppress(Exception):
                     docker_client.images.remove(tag, force=True)
-    remove_images_made_since(docker_client, images)
+    remove_images_made_since(docker_client, images, tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(autouse=True)
-def images_made_by_the_test_go(docker_client: Any) -> Iterator[None]:
+def images_made_by_the_test_go(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """What one test builds goes when it ends: the suite's peak disk is one test's images plus the
     session fixtures', not the sum over every test (which filled a CI machine's disk)."""
     before = _images(docker_client)
     yield
-    remove_images_made_since(docker_client, before)
+    remove_images_made_since(docker_client, before, tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(scope="session")

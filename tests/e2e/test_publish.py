@@ -312,9 +312,9 @@ def test_a_registry_that_needs_login(
         for ref in (
             f"{repo}:cpu-py311",
             *[f"{target}:{t}" for t in ("cpu-py311", f"cpu-py311-{labels['io.envbuild.content-digest'][:12]}")],
-        ):
+        ):  # pruning: the small image's build steps (FROM scratch, not the test base) go with it
             with contextlib.suppress(Exception):
-                docker_client.images.remove(ref, force=True, noprune=True)
+                docker_client.images.remove(ref, force=True)
 
 
 def test_a_push_through_a_link_that_stops_forwarding_is_called_stalled_and_retried(
