@@ -150,6 +150,24 @@ def remove_images_made_since(cli: Any, before: dict[str, list[str]], basetemp: P
 
 
 @pytest.fixture(scope="session", autouse=True)
+def uv_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """uv keys a wheel from a local folder by that folder, and the tests install torch from temp
+    folders: every run added about 4 GB of 700 MB copies of torch to ~/.cache/uv, 52 GB on one
+    developer's machine after some weeks. The session gets a cache of its own, which goes at its
+    end. A UV_CACHE_DIR the caller set is theirs and is used as it is."""
+    if os.environ.get("UV_CACHE_DIR"):
+        yield
+        return
+    cache = tmp_path_factory.mktemp("uv-cache")
+    os.environ["UV_CACHE_DIR"] = str(cache)
+    try:
+        yield
+    finally:
+        del os.environ["UV_CACHE_DIR"]
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def engine_left_as_found(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The containers, tags and images this session made go at the end, even after a failed test.
 
