@@ -97,9 +97,13 @@ def _owned(ref: str) -> bool:
     return ref.startswith(SESSION_REPO) or any(ref.startswith(f"{host}/") for host in SESSION_REGISTRIES)
 
 
+def _tags(image: dict[str, Any]) -> list[str]:
+    return [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+
+
 def _images(cli: Any) -> dict[str, list[str]]:
     """Every image the engine holds, intermediate ones included: id -> its tags."""
-    return {i["Id"]: [t for t in i.get("RepoTags") or [] if t != "<none>:<none>"] for i in cli.api.images(all=True)}
+    return {i["Id"]: _tags(i) for i in cli.api.images(all=True)}
 
 
 def remove_images_made_since(cli: Any, before: dict[str, list[str]], basetemp: Path) -> None:
@@ -118,7 +122,7 @@ def remove_images_made_since(cli: Any, before: dict[str, list[str]], basetemp: P
     listed = {i["Id"]: i for i in cli.api.images(all=True)}
     ours: set[str] = set()
     for image_id, image in listed.items():
-        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+        tags = _tags(image)
         if image_id in before or any(t in known_tags for t in tags):
             continue
         source = str((image.get("Labels") or {}).get("org.opencontainers.image.source", ""))
@@ -179,7 +183,7 @@ def engine_left_as_found(docker_client: Any, tmp_path_factory: pytest.TempPathFa
     """
     containers = {c.id for c in docker_client.containers.list(all=True, ignore_removed=True)}
     images = _images(docker_client)
-    tags = {t for image in docker_client.images.list() for t in image.tags}
+    tags = {t for image_tags in images.values() for t in image_tags}
     yield
     owned_images = {image.id for image in docker_client.images.list() if any(_owned(t) for t in image.tags)}
     for container in docker_client.containers.list(all=True, ignore_removed=True):
