@@ -51,6 +51,9 @@ def test_the_container_starts_the_host_copy_first_on_the_path_under_the_engines_
         (1000, ["--disable-pip-version-check", "install", "-r", "r.txt"], 1, True),
         (1000, ["install", "tqdm"], 0, False),  # it worked (a --target elsewhere, say)
         (1000, ["list"], 2, False),
+        (1000, ["install", "--target", "/nowhere", "tqdm"], 1, False),  # not the environment: its own error
+        (1000, ["install", "--prefix=/nowhere", "tqdm"], 1, False),
+        (1000, ["install", "--user", "tqdm"], 1, False),
         (0, ["install", "tqdm"], 1, False),  # root's install failed for another reason
     ],
 )

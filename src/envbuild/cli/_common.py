@@ -40,7 +40,9 @@ JsonOpt = Annotated[
 # Options several stages take with one meaning; each command still checks the values it uses.
 RepoOpt = Annotated[
     str | None,
-    typer.Option("--tag", help="Local image repository (default: envbuild.toml's `repository`, else 'envbuild')."),
+    typer.Option(
+        "--tag", help="Local image repository (default: envbuild.toml's `repository`, else envbuild/<project name>)."
+    ),
 ]
 FindLinksOpt = Annotated[
     list[str] | None, typer.Option("--find-links", help="A local wheelhouse for the locked wheels (repeatable).")

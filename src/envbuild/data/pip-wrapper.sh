@@ -4,7 +4,14 @@
 # for a derived Dockerfile after pip's own error (README: "Building on an envbuild image").
 python -m pip "$@"
 code=$?
-if [ "$code" -ne 0 ] && [ "$(id -u)" -ne 0 ]; then
+# An install aimed elsewhere (--target, --prefix, --root, --user) failed for its own reason.
+elsewhere=0
+for arg in "$@"; do
+    case "$arg" in
+        -t | --target | --target=* | --prefix | --prefix=* | --root | --root=* | --user) elsewhere=1 ;;
+    esac
+done
+if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ] && [ "$(id -u)" -ne 0 ]; then
     for arg in "$@"; do
         case "$arg" in
             -*) continue ;;
