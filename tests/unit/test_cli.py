@@ -335,13 +335,14 @@ def test_brackets_in_data_are_printed_as_they_are(cli: Cli, project: Path, write
 
 
 def test_smoke_table_keeps_the_engines_words(capsys: pytest.CaptureFixture[str]) -> None:
+    from envbuild import output
     from envbuild.cli.building import _print_smoke
 
     reason = (
         'the container engine gave this container no GPU: could not select device driver "" with capabilities: [[gpu]]'
     )
     check = {"name": "gpu", "status": "fail", "seconds": 0.0, "reason": reason, "remedy": "[/x] fix", "facts": {}}
-    _print_smoke({"checks": [check], "passed": False, "failed": ["gpu"], "seconds": 1.0})
+    _print_smoke({"checks": [check], "passed": False, "failed": ["gpu"], "seconds": 1.0}, output.out())
     out = " ".join(capsys.readouterr().out.split())
     assert "capabilities: [[gpu]]" in out and "fix: [/x] fix" in out and "smoke FAILED: gpu in 1.0s" in out
 
@@ -374,6 +375,27 @@ def test_smoke_json_that_cannot_be_written_fails_before_the_run(cli: Cli, projec
     res = cli("smoke", "cpu-py311", "--json", str(tmp_path / "file" / "r.json"), "--project", str(project))
     assert res.code == 11 and f"{tmp_path / 'file'} is a file, not a folder" in res.err
     assert list(tmp_path.iterdir()) == [tmp_path / "file"]  # the probe left nothing behind
+
+
+def test_smoke_json_dash_puts_the_report_on_stdout_and_the_table_on_stderr(
+    cli: Cli, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every other command's --json is a flag for stdout: `smoke IMAGE --json | jq` was "Option
+    '--json' requires an argument", and `--json -` wrote a file called "-"."""
+    from envbuild.smoke import host
+
+    check = {"name": "ddp", "status": "fail", "seconds": 1.5, "reason": "all_reduce hung", "remedy": "", "facts": {}}
+    report = {"passed": False, "failed": ["ddp"], "checks": [check], "seconds": 2.0, "image": "sha256:" + "a" * 64}
+    monkeypatch.setattr(host, "smoke_image", lambda *_, **__: report)
+    monkeypatch.chdir(project)
+    res = cli("smoke", "envbuild/x:cpu-py311", "--json", "-", "--project", str(project))
+    assert res.code == 1, res.err  # a failed smoke test's exit code
+    assert json.loads(res.out) == report  # stdout is the report and nothing else
+    assert "all_reduce hung" in res.err and "smoke FAILED: ddp" in res.err
+    assert not (project / "-").exists()
+    # an error before any report still gives a machine reader its one JSON document
+    res = cli("smoke", "--json", "-", "--project", str(project))
+    assert res.code == 2 and json.loads(res.out)["error"]["message"] == "name a profile or an image"
 
 
 def test_venv_into_a_file_is_refused_before_any_work(cli: Cli, project: Path, tmp_path: Path) -> None:

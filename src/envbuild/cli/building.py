@@ -31,7 +31,7 @@ def _check_positive_seconds(option: str, value: float, example: int) -> None:
         raise UsageError(f"{option} {value:g}: must be a positive number of seconds", hint=f"e.g. {option} {example}")
 
 
-def _print_smoke(report: dict[str, Any]) -> None:
+def _print_smoke(report: dict[str, Any], con: Any) -> None:
     from envbuild.smoke.inside.report import detail as check_detail
 
     rows = []
@@ -41,7 +41,6 @@ def _print_smoke(report: dict[str, Any]) -> None:
         if c["status"] == "fail" and c["remedy"]:
             detail += f"\nfix: {c['remedy']}"
         rows.append([c["name"], status, f"{c['seconds']:.2f}", detail])
-    con = output.out()
     con.print(output.table(None, ["check", "result", "seconds", "detail"], rows))
     verdict = ("passed", "green") if report["passed"] else ("FAILED", "red")
     failed = f": {', '.join(report['failed'])}" if report["failed"] else ""
@@ -137,7 +136,7 @@ def build(
         output.emit_json(asdict(result))
         return
     if result.smoke:
-        _print_smoke(result.smoke)
+        _print_smoke(result.smoke, output.out())
     con = output.out()
     ran = f"{result.ran_steps} of {result.steps} steps ran" if result.ran_steps else "every step from cache"
     con.print(f"built {result.image_id[:19]} in {result.seconds:.1f}s ({ran})")
@@ -169,7 +168,10 @@ def smoke(
     gpus: Annotated[
         str, typer.Option(help="auto (all; a GPU profile fails its gpu check on a host without any), none or a count.")
     ] = "auto",
-    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the JSON report here.")] = None,
+    json_file: Annotated[
+        Path | None,
+        typer.Option("--json", help="Also write the JSON report here; - puts it on stdout (the table on stderr)."),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the whole run is stopped.")] = 600.0,
     shm_size: Annotated[
         str | None, typer.Option(help="Size of the container's shared memory (default 2g).", show_default=False)
@@ -210,7 +212,11 @@ def smoke(
     )
     hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {target or 'NAME'}")
     check_python(python)
-    if json_file:
+    # `--json -`: what `--json` is everywhere else (the report on stdout, for jq), as a file option
+    to_stdout = json_file is not None and str(json_file) == "-"
+    if to_stdout:
+        output.json_requested(True)  # an error before the report then comes as JSON too
+    elif json_file:
         from envbuild import fsutil  # not at import: every command's start-up would pay for it
 
         fsutil.check_writable(json_file)
@@ -247,8 +253,10 @@ def smoke(
             min_peak=min_peak,
             lock_match=lock_match,
         )
-    _print_smoke(report)
-    if json_file:
+    _print_smoke(report, output.err() if to_stdout else output.out())
+    if to_stdout:
+        output.emit_json(report)
+    elif json_file:
         host.save_report(json_file, report)
     if not report["passed"]:
         raise SmokeFailed(f"smoke failed: {', '.join(report['failed'])}")
