@@ -62,6 +62,31 @@ def test_numpy_that_differs_from_the_lockfile_fails_versions(docker_client: Any,
     assert "envbuild lock cpu-py311 && envbuild build cpu-py311" in versions["remedy"]
 
 
+def test_a_locked_package_shadowed_on_pythonpath_fails_integrity_and_a_banner_spoils_no_report(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """`FROM image` + `ENV PYTHONPATH=/evil` with a copy of a locked package there: the copy is what
+    runs, and the manifest only covers /opt/venv, so every check passed. A sitecustomize on that
+    path printing a banner also made the run "crash (exit 0) before its report"."""
+    site = "/opt/venv/lib/python3.11/site-packages"
+    image = derived(
+        docker_client,
+        built_cpu["image_id"],
+        "USER root",
+        f"RUN mkdir /evil && cp -r {site}/einops /evil/ && echo 'print(\"welcome\")' > /evil/sitecustomize.py",
+        "ENV PYTHONPATH=/evil",
+        "USER 1000:1000",
+    )
+    try:
+        report = host.run_in_image(docker_client, image.id, gpus="none", accelerator="cpu")
+    finally:
+        docker_client.images.remove(image.id, force=True, noprune=True)
+    integrity = _check(report, "integrity")
+    assert integrity["status"] == "fail" and report["failed"] == ["integrity"], host.summary(report)
+    assert "einops (einops) from /evil/einops/__init__.py" in integrity["reason"]
+    assert "PYTHONPATH=/evil comes first" in integrity["reason"] and "PYTHONPATH" in integrity["remedy"]
+
+
 def test_smoke_name_tests_the_image_its_tag_points_at(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:

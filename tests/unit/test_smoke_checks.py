@@ -470,3 +470,53 @@ def test_the_integrity_check_skips_where_no_build_manifest_is(tmp_path: Path) ->
     (tmp_path / "expect.json").write_text("{}")
     with pytest.raises(Skip, match="no build manifest"):
         integrity.check_integrity(_ctx(expect_path=str(tmp_path / "expect.json")), Result("integrity"))
+
+
+def test_a_locked_package_imported_from_outside_the_environment_fails_the_integrity_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`FROM image` + `ENV PYTHONPATH=/evil` with a patched copy of torch in /evil passed every
+    check: the manifest covers the environment's files, and what ran was another copy."""
+    from envbuild.smoke.inside import integrity
+
+    # filelock: installed in the interpreter running the tests, so its distribution is found
+    ctx = _ctx(expect={"packages": {"filelock": "1", "numpy": "2"}})
+    assert integrity._shadowed(ctx) == []
+    shadow = tmp_path / "evil" / "filelock"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "evil"))
+    monkeypatch.delitem(sys.modules, "filelock", raising=False)  # an import still to come
+    assert integrity._shadowed(ctx) == [f"filelock (filelock) from {shadow / '__init__.py'}"]
+    # a distribution the lock does not pin (a derived image's editable install) may live anywhere
+    assert integrity._shadowed(_ctx(expect={"packages": {"numpy": "2"}})) == []
+
+
+def test_the_report_on_stdout_survives_what_else_prints_there(tmp_path: Path) -> None:
+    """A patched package printing at import made `envbuild smoke` say "the smoke test crashed
+    (exit 0) before its report" and show no checks. Once the smoke test runs, stray output goes to
+    stderr (Python's print and a C library's write alike); a banner printed as the interpreter
+    starts (a sitecustomize) comes before the report, which is read from its first line."""
+    import subprocess
+
+    from envbuild.smoke import host
+
+    script = (
+        "import os, sys\n"
+        "print('banner from a sitecustomize', flush=True)\n"
+        "from envbuild.smoke.inside import report\n"
+        "def noisy(ctx, r):\n"
+        "    print('imported a patched torch')\n"
+        "    os.write(1, b'a C library says hello\\n')\n"
+        "    r.facts['ran'] = True\n"
+        "report.CHECKS[:] = [('noisy', noisy)]\n"
+        "sys.exit(report.main(['--json', '-', '--local']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "imported a patched torch" in done.stderr and "a C library says hello" in done.stderr
+    assert done.stdout.startswith("banner from a sitecustomize\n{\n")
+    got = host.read_report(done.stdout)
+    assert got["passed"] and got["checks"][0]["facts"] == {"ran": True}
+    with pytest.raises(ValueError):
+        host.read_report("banner only\n")

@@ -155,7 +155,7 @@ def run_in_image(
             container.remove(force=True)
     code = int(status.get("StatusCode", 1))
     try:
-        report: dict[str, Any] = json.loads(out)
+        report = read_report(out)
     except ValueError as exc:
         if code in (126, 127):  # the shell ran; `python` did not (not found, not executable)
             raise smoke_container.cannot_run(shown or image, err or f"exit {code}") from exc
@@ -233,7 +233,7 @@ def run_local(
                 os.killpg(proc.pid, signal.SIGKILL)  # the ranks of a finished run are gone already
             proc.wait()
     try:
-        report: dict[str, Any] = json.loads(stdout)
+        report = read_report(stdout)
     except ValueError as exc:
         if not stdout.strip() and not stderr.strip():
             raise SmokeError(
@@ -319,6 +319,24 @@ def smoke_image(
     if prof is not None:
         save_report(project.work_dir(prof.name) / "smoke.json", report)
     return report
+
+
+def read_report(out: str) -> dict[str, Any]:
+    """The report envbuild-smoke printed, the last thing on its stdout. Whatever a sitecustomize or
+    a .pth file printed as the interpreter started comes before it (once the smoke test runs, stray
+    output goes to stderr). ValueError when there is none."""
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        start = out.rfind("\n{\n")  # the report's first line; nested objects are indented
+        if start < 0:
+            raise
+        doc = json.loads(out[start + 1 :])
+        if not isinstance(doc, dict) or "checks" not in doc:
+            raise ValueError("not a smoke report") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a smoke report")
+    return doc
 
 
 def save_report(path: Path, report: dict[str, Any]) -> None:

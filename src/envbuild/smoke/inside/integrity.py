@@ -4,6 +4,7 @@ and is named with the distribution it belongs to."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sysconfig
@@ -51,6 +52,50 @@ def _say(kind: str, grouped: dict[str, list[str]]) -> str:
         f"{dist}: {len(files)} file(s) {kind} ({', '.join(files[:SHOWN])}{', ...' if len(files) > SHOWN else ''})"
         for dist, files in sorted(grouped.items())
     )
+
+
+def _top_level(dist: metadata.Distribution) -> set[str]:
+    """The names a distribution is imported by: top_level.txt, else the first parts of its files."""
+    listed = dist.read_text("top_level.txt")
+    if listed:
+        return {n.strip() for n in listed.splitlines() if n.strip().isidentifier()}
+    names = set()
+    for f in dist.files or []:
+        first = f.parts[0]
+        if len(f.parts) == 1:
+            first = first[:-3] if first.endswith(".py") else first.split(".")[0] if first.endswith(".so") else ""
+        if first.isidentifier() and first != "__pycache__":
+            names.add(first)
+    return names
+
+
+def _shadowed(ctx: Context) -> list[str]:
+    """Locked packages that import from somewhere else than the environment: a PYTHONPATH (a
+    derived image's ENV, `-e` at run time) or a sys.path hook puts another copy first, and every
+    other check would then have tested that copy, whose files the manifest does not cover."""
+    paths = sysconfig.get_paths()
+    homes = {os.path.realpath(paths[k]) for k in ("purelib", "platlib")}
+    # the standard library before site-packages is Python's own order, not a change to the image
+    # (an old backport's `typing`, a wheel's stray top-level `test`); the base-Python check covers it
+    ours = homes | {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib")}
+    locked = {_canon(k) for k in (ctx.expect.get("packages") or {})}
+    found: list[str] = []
+    for dist in metadata.distributions(path=sorted(homes)):
+        name = _canon(dist.metadata["Name"] or "?")
+        if name not in locked:
+            continue  # a derived image's own (an editable install, say) may live where it likes
+        for module in sorted(_top_level(dist)):
+            try:
+                spec = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                continue
+            if spec is None:
+                continue
+            places = [spec.origin] if spec.has_location and spec.origin else list(spec.submodule_search_locations or [])
+            where = os.path.realpath(places[0]) if places else ""
+            if where and not any(where == h or where.startswith(h + os.sep) for h in ours):
+                found.append(f"{module} ({name}) from {where}")
+    return found
 
 
 def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -> list[str]:
@@ -106,6 +151,20 @@ def check_integrity(ctx: Context, r: Result) -> None:
     removed = [p for p in recorded if p not in current]
     added = [p for p in current if p not in recorded]
     base = _base_python(manifest, root, ctx, r)
+    shadowed = _shadowed(ctx)
+    if shadowed:
+        own = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the smoke test's
+        path = os.pathsep.join(
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != own
+        )
+        raise CheckFailed(
+            "locked packages are imported from outside the environment: "
+            + "; ".join(shadowed[:SHOWN])
+            + (", ..." if len(shadowed) > SHOWN else "")
+            + (f" (PYTHONPATH={path} comes first)" if path else ""),
+            "take those folders off PYTHONPATH (an ENV in a derived image's Dockerfile, or -e at run time) or out "
+            "of sys.path: the tested environment must be the one that is imported",
+        )
     if not (changed or removed or added or base):
         return
     owners = _owners(root)

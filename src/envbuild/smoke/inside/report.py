@@ -158,11 +158,19 @@ def main(argv: list[str] | None = None) -> int:
         min_peak=args.min_peak,
         expect_path=os.path.abspath(path) if path else None,
     )
+    report_out = None
+    if args.json_out == "-":
+        # The report is all stdout carries, for `envbuild smoke` and jq: what the checks, a package
+        # they import or a C library prints (a banner, a warning) goes to stderr instead.
+        sys.stdout.flush()
+        report_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        os.dup2(2, 1)
     report = run(ctx, args.only)
     text = table(report)
-    if args.json_out == "-":
+    if report_out is not None:
         print(text, file=sys.stderr)
-        print(json.dumps(report, indent=2))
+        with report_out:
+            report_out.write(json.dumps(report, indent=2) + "\n")
     else:
         print(text)
         if args.json_out:
