@@ -78,9 +78,16 @@ def printable(text: str, limit: int = 120) -> str:
     return clean[:limit] + ("..." if len(clean) > limit else "")
 
 
-def unreachable_cause(origin: str, message: str) -> tuple[str, str]:
+def unreachable_cause(origin: str, message: str, url: str = "") -> tuple[str, str]:
     """(cause, fix) for a failed connection, instead of the SDK's nested exception text."""
     low = message.lower()
+    if "timed out" in low and url.startswith("unix://"):
+        # a socket that takes the connection and then stays silent: the engine is there but stuck
+        return (
+            "no answer in time: something holds the socket but does not answer",
+            "the engine may be stuck or overloaded: see its log (`journalctl -u docker`) or restart it "
+            f"(`sudo systemctl restart docker`); or {_ELSEWHERE}",
+        )
     for needle, what in _NOT_DOCKER:
         if needle in low:
             return (
@@ -109,7 +116,7 @@ def client(timeout: float = 600) -> Any:
         cli.api.timeout = timeout
         enginelost.guard(cli.api, url)
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        cause, fix = unreachable_cause(origin, str(exc))
+        cause, fix = unreachable_cause(origin, str(exc), url)
         raise EngineUnavailable(f"cannot reach the Docker engine at {url} (from {origin}): {cause}", hint=fix) from exc
     return cli
 

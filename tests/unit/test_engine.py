@@ -103,6 +103,24 @@ def test_a_socket_the_user_may_not_open_points_at_the_docker_group() -> None:
     assert "usermod -aG docker" in fix
 
 
+def test_a_socket_that_takes_the_connection_and_stays_silent_is_a_stuck_engine(
+    cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """The fix said "check that the host is up and the port is open" for a unix socket."""
+    import socket
+
+    monkeypatch.setenv(enginelost.PING_TIMEOUT_ENV, "0.5")
+    path = tmp_path / "engine.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen(4)  # accepted by the kernel, never answered
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+        res = cli("images")
+    assert res.code == 5, res.err
+    assert "something holds the socket but does not answer" in res.err
+    assert "journalctl -u docker" in res.err and "port" not in res.err
+
+
 def test_disk_room_is_read_only_for_an_engine_on_this_machine(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
