@@ -30,6 +30,7 @@ from envbuild.names import (
     LABEL_SOURCE,
     LABEL_STAGE,
     Events,
+    is_envbuild_tag,
     is_moving,
     lock_names,
     quiet,
@@ -55,6 +56,9 @@ class ImageRow:
     keep: bool
     reason: str  # why it stays or goes
     removed: bool = False
+    # Built FROM an envbuild image, or tagged by hand: it inherits the labels, but it is not one of
+    # envbuild's builds, so pruning leaves it and `status` does not report it as the profile's image.
+    derived: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,10 +127,15 @@ def classify(
         mismatches = compare(target, labels)
         row.state, row.why = ("stale", mismatches[0]) if mismatches else ("current", "built from today's lockfile")
     moving = [t for t in row.tags if is_moving(t, profile)]
+    foreign = [t for t in row.tags if not is_envbuild_tag(t, profile)]
+    row.derived = stage != "builder" and (smoke == "altered" or bool(foreign))
     if image_id in users:
         row.keep, row.reason = True, f"in use by container {', '.join(users[image_id])}"
     elif row.state == "untagged" and profile in building:
         row.keep, row.reason = True, f"a build of {profile} is running (its image is tagged last)"
+    elif row.derived:
+        row.keep = True
+        row.reason = f"not envbuild's: tagged {foreign[0]}" if foreign else "not envbuild's: derived from its image"
     elif row.state in {"current", "unknown"}:
         row.keep, row.reason = True, row.state
     elif moving:

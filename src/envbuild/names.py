@@ -117,6 +117,14 @@ def is_moving(ref: str, profile: str) -> bool:
     return ref.rsplit("/", 1)[-1].partition(":")[2] in {profile, profile + UNTESTED}
 
 
+def is_envbuild_tag(ref: str, profile: str) -> bool:
+    """Whether `ref`'s tag is one envbuild gives the profile's images (moving or NAME-<12 hex>), in
+    any repository. An image with another tag was tagged by someone else: an image built FROM an
+    envbuild image keeps its labels, so the labels alone do not make it envbuild's."""
+    tag = ref.rsplit("/", 1)[-1].partition(":")[2]
+    return is_moving(ref, profile) or re.fullmatch(f"{re.escape(profile)}-[0-9a-f]{{{TAG_SHA_CHARS}}}", tag) is not None
+
+
 # ---- platforms and lockfile names -------------------------------------------------------------
 
 PLATFORM_TAGS = {"x86_64": "x86_64-manylinux_2_28", "aarch64": "aarch64-manylinux_2_28"}

@@ -12,7 +12,7 @@ from typing import Any
 from envbuild import engine, freshness, images, localimage, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import EngineUnavailable, ImageMissing, ProfileError, UsageError
-from envbuild.names import moving_tag
+from envbuild.names import is_envbuild_tag, moving_tag
 from envbuild.profile import Profile
 from envbuild.project import Project
 
@@ -38,14 +38,17 @@ class ProfileStatus:
 
 def image_state(rows: list[images.ImageRow], name: str) -> tuple[str, str, str]:
     """(state, a tag of it, its smoke test's gpu check)."""
-    mine = [r for r in rows if r.profile == name and r.tags]
-    current = [r for r in mine if r.state == "current"]
+    # By the tags envbuild gives: an image built FROM the profile's (`myteam/app:latest`) has its
+    # labels, and was reported as the profile's stale image
+    mine = {r.image_id: [t for t in r.tags if is_envbuild_tag(t, name)] for r in rows if r.profile == name}
+    ours = [r for r in rows if r.profile == name and mine[r.image_id]]
+    current = [r for r in ours if r.state == "current"]
     if current:
         best = max(current, key=lambda r: (r.smoke == "passed", r.created))
-        return ("tested" if best.smoke == "passed" else "untested"), best.tags[0], best.smoke_gpu
-    if mine:
-        newest = max(mine, key=lambda r: r.created)
-        return "stale", newest.tags[0], "-"
+        return ("tested" if best.smoke == "passed" else "untested"), mine[best.image_id][0], best.smoke_gpu
+    if ours:
+        newest = max(ours, key=lambda r: r.created)
+        return "stale", mine[newest.image_id][0], "-"
     return "none", "", "-"
 
 

@@ -286,3 +286,29 @@ def test_the_record_the_build_writes_holds_for_the_labels_only_child() -> None:
     assert smokerecord.state(child) == "passed" and smokerecord.state(tested) == "untested"
     forged = _derived(child, labels={"io.envbuild.smoke.record": "0" * 64})
     assert smokerecord.state(forged) == "altered"
+
+
+def test_an_image_built_from_an_envbuild_image_is_not_pruned_nor_taken_for_the_profiles() -> None:
+    """`FROM envbuild/proj:cu121-py311` + `RUN pip install ...`, tagged myteam/app:latest, inherits
+    every envbuild label: once the lockfile moved on, `images --prune` removed the team's own image
+    as a stale build, and `status` named it as the profile's stale image."""
+    built = _attrs([f"envbuild:cu121-py311-{'b' * 12}"], lock="b" * 64)
+    app = _derived(built, layer="sha256:" + "f" * 64)
+    app["RepoTags"] = ["myteam/app:latest"]
+    app["Created"] = "2026-12-01T00:00:00Z"  # newer than the build it came from
+    row = _row(app)
+    assert (row.state, row.smoke, row.derived, row.keep) == ("stale", "altered", True, True)
+    assert row.reason == "not envbuild's: tagged myteam/app:latest"
+    dangling = _derived(built, layer="sha256:" + "f" * 64)
+    dangling["RepoTags"] = []  # the team's rebuild moved its tag on
+    assert (_row(dangling).keep, _row(dangling).reason) == (True, "not envbuild's: derived from its image")
+    by_hand = _attrs([f"envbuild:cu121-py311-{'b' * 12}", "me/keep:this"], lock="b" * 64)
+    assert (_row(by_hand).keep, _row(by_hand).reason) == (True, "not envbuild's: tagged me/keep:this")
+    assert (_row(built).keep, _row(built).reason) == (False, "removable")  # envbuild's own stale build goes
+    from envbuild import status
+
+    assert status.image_state([_row(app), _row(built)], "cu121-py311")[:2] == (
+        "stale",
+        f"envbuild:cu121-py311-{'b' * 12}",
+    )
+    assert status.image_state([_row(app)], "cu121-py311") == ("none", "", "-")
