@@ -111,12 +111,17 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     elsewhere = made.image(
         labels("cpu-py311", old, src="file:///another/project"), [f"{repo}-other:cpu-py311-old"], smoke=True
     )
+    # a team's image built FROM an old build of the profile: every label inherited, its own tag
+    team_app = made.image(labels("cpu-py311", old), [f"{repo}-team/app:latest"])
 
     listed = envbuild("images", "--json", cwd=proj)
     assert listed.returncode == 0, listed.stderr
     rows = {r["image_id"]: r for r in json.loads(listed.stdout)["images"]}
     assert elsewhere not in rows, "another project's image is not this project's to list or prune"
-    states = {i: (rows[i]["state"], rows[i]["keep"]) for i in (current, stale, stale_moving, leftover, orphan, in_use)}
+    states = {
+        i: (rows[i]["state"], rows[i]["keep"])
+        for i in (current, stale, stale_moving, leftover, orphan, in_use, team_app)
+    }
     assert states == {
         current: ("current", True),
         stale: ("stale", False),
@@ -124,7 +129,9 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
         leftover: ("untagged", False),
         orphan: ("orphan", False),
         in_use: ("stale", True),
+        team_app: ("stale", True),
     }
+    assert rows[team_app]["reason"] == f"not envbuild's: tagged {repo}-team/app:latest"
     assert rows[stale_moving]["reason"] == f"tagged {repo}:cu121-py311"
     assert rows[in_use]["reason"] == f"in use by container {repo}-user"
     assert "lockfile sha256: image has 0000" in rows[stale]["why"]
@@ -159,7 +166,7 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
     assert [r["image_id"] for r in json.loads(pruned.stdout)["images"] if r["removed"]] == [leftover]
     for image_id in (stale, leftover, orphan):
         assert not _exists(docker_client, image_id)
-    for image_id in (current, stale_moving, in_use, elsewhere):
+    for image_id in (current, stale_moving, in_use, elsewhere, team_app):
         assert _exists(docker_client, image_id)
     assert docker_client.images.get(f"{repo}:cpu-py311").id == current
 
