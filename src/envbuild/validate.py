@@ -155,14 +155,14 @@ def _rule_python(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, ro
     ld.add("error", "python", msg, fix, py)
 
 
-def _rename_too(data: dict[str, Any], old: str, new: str) -> str:
+def _rename_too(data: dict[str, Any], old: str, new: str, prefix: str = "cu") -> str:
     """When the name carries the version being changed, the fix says both steps at once (a name that
     says cu124 with cuda "12.1" would be the next error)."""
     name = data.get("name")
     parts = name_parts(name) if isinstance(name, str) else None
     if parts is None or parts.version is None or parts.version.replace(".", "") != old.replace(".", ""):
         return ""
-    renamed = name.replace(parts.token, f"cu{new.replace('.', '')}", 1) if isinstance(name, str) else ""
+    renamed = name.replace(parts.token, f"{prefix}{new.replace('.', '')}", 1) if isinstance(name, str) else ""
     return f" and rename the profile to {renamed} (its file and `name:`),"
 
 
@@ -196,7 +196,8 @@ def _rule_build(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row
         if rocm and profile.ROCM_RE.fullmatch(rocm) and rocm not in row.rocm_builds:
             alt = _range_hint(db.releases_with_rocm(rocm), torch)
             has = ", ".join(row.rocm_builds)
-            fix = f'use rocm "{row.rocm_builds[-1]}"' + (f" or {alt}" if alt else "")
+            newest = row.rocm_builds[-1]
+            fix = f'use rocm "{newest}"' + _rename_too(data, rocm, newest, "rocm") + (f" or {alt}" if alt else "")
             ld.add("error", "rocm", f"torch {torch} has no ROCm {rocm} build (it has {has})", fix, rocm)
         if "aarch64" in _list(data, "platforms"):
             ld.add(

@@ -72,7 +72,8 @@ def test_rocm_build_that_does_not_exist(write_profile: Callable[..., Path]) -> N
     )
     msg = only_error(path)
     assert "rocm: torch 2.7.1 has no ROCm 6.1 build (it has 6.2.4, 6.3)" in msg
-    assert 'use rocm "6.3" or torch 2.4-2.6' in msg
+    # the name says rocm61 too: one fix for both, as for CUDA (it said "use rocm 6.3", then the name was the next error)
+    assert 'use rocm "6.3" and rename the profile to rocm63-py311 (its file and `name:`), or torch 2.4-2.6' in msg
 
 
 def test_numpy2_with_old_torch(write_profile: Callable[..., Path]) -> None:
