@@ -42,19 +42,22 @@ def test_cpu_image_passes_every_required_check(docker_client: Any, built_cpu: di
     assert _check(report, "versions")["facts"]["torch"] == "2.13.0+cpu"
 
 
+def _smoke_as_root_changed(cli: Any, base: str, *lines: str) -> dict[str, Any]:
+    """The smoke report of an image built FROM `base` with `lines` run as root, removed after."""
+    image = derived(cli, base, "USER root", *lines, "USER 1000:1000")
+    try:
+        return host.run_in_image(cli, image.id, gpus="none", accelerator="cpu")
+    finally:
+        cli.images.remove(image.id, force=True, noprune=True)
+
+
 def test_numpy_that_differs_from_the_lockfile_fails_versions(docker_client: Any, built_cpu: dict[str, Any]) -> None:
-    image = derived(
+    report = _smoke_as_root_changed(
         docker_client,
         built_cpu["image_id"],
-        "USER root",
         "RUN sed -i 's/^Version: 2.1.3$/Version: 2.1.2/' "
         "/opt/venv/lib/python3.11/site-packages/numpy-2.1.3.dist-info/METADATA",
-        "USER 1000:1000",
     )
-    try:
-        report = host.run_in_image(docker_client, image.id, gpus="none", accelerator="cpu")
-    finally:
-        docker_client.images.remove(image.id, force=True, noprune=True)
     versions = _check(report, "versions")
     assert not report["passed"] and report["exit_code"] == 1
     assert versions["status"] == "fail"
@@ -69,18 +72,12 @@ def test_a_locked_package_shadowed_on_pythonpath_fails_integrity_and_a_banner_sp
     runs, and the manifest only covers /opt/venv, so every check passed. A sitecustomize on that
     path printing a banner also made the run "crash (exit 0) before its report"."""
     site = "/opt/venv/lib/python3.11/site-packages"
-    image = derived(
+    report = _smoke_as_root_changed(
         docker_client,
         built_cpu["image_id"],
-        "USER root",
         f"RUN mkdir /evil && cp -r {site}/einops /evil/ && echo 'print(\"welcome\")' > /evil/sitecustomize.py",
         "ENV PYTHONPATH=/evil",
-        "USER 1000:1000",
     )
-    try:
-        report = host.run_in_image(docker_client, image.id, gpus="none", accelerator="cpu")
-    finally:
-        docker_client.images.remove(image.id, force=True, noprune=True)
     integrity = _check(report, "integrity")
     assert integrity["status"] == "fail" and report["failed"] == ["integrity"], host.summary(report)
     assert "einops (einops) from /evil/einops/__init__.py" in integrity["reason"]
