@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from envbuild import engine, freshness, images, localimage, validate
+from envbuild import engine, freshness, images, localimage, smokerecord, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import EngineUnavailable, ImageMissing, ProfileError, UsageError
 from envbuild.names import is_envbuild_tag, moving_tag
@@ -36,11 +36,18 @@ class ProfileStatus:
         return asdict(self)
 
 
-def image_state(rows: list[images.ImageRow], name: str) -> tuple[str, str, str]:
-    """(state, a tag of it, its smoke test's gpu check)."""
+def image_state(rows: list[images.ImageRow], name: str, repository: str = "") -> tuple[str, str, str]:
+    """(state, a tag of it, its smoke test's gpu check); of its tags, the one in `repository` first
+    (a pushed image's registry tag sorted before it and was shown instead)."""
     # By the tags envbuild gives: an image built FROM the profile's (`myteam/app:latest`) has its
     # labels, and was reported as the profile's stale image
-    mine = {r.image_id: [t for t in r.tags if is_envbuild_tag(t, name)] for r in rows if r.profile == name}
+    mine = {
+        r.image_id: sorted(
+            (t for t in r.tags if is_envbuild_tag(t, name)), key=lambda t: t.rpartition(":")[0] != repository
+        )
+        for r in rows
+        if r.profile == name
+    }
     ours = [r for r in rows if r.profile == name and mine[r.image_id]]
     current = [r for r in ours if r.state == "current"]
     if current:
@@ -57,7 +64,10 @@ def foreign_problem(cli: Any, rows: list[images.ImageRow], project: Project, pro
     or another project's under the same tag), judged by localimage.check_belongs as `run` judges
     it: the profile is not ready whatever its own images say. ("", "") when the tag is ours or absent."""
     tag = moving_tag(project.repository, prof.name)
-    if any(tag in r.tags for r in rows if r.profile == prof.name):
+    at = next((r for r in rows if r.profile == prof.name and tag in r.tags), None)
+    if at is not None and at.smoke == "altered":  # built FROM the tested image (or relabelled) and tagged so
+        return tag, f"{smokerecord.ALTERED}: push refuses it"
+    if at is not None:
         return "", ""  # one of the builds the survey found: check_belongs would pass it
     try:
         image = engine.local_image(cli, tag, prof.name)
@@ -92,7 +102,7 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
             continue
         found = freshness.query(project, plan_mod.make(project, target, strict=False))
         state, reason = found.state, found.reason
-        image, ref, gpu = ("unknown", "", "-") if rows is None else image_state(rows, name)
+        image, ref, gpu = ("unknown", "", "-") if rows is None else image_state(rows, name, project.repository)
         taken, problem = ("", "") if rows is None else foreign_problem(cli, rows, project, target)
         if taken:
             image, ref, gpu = "foreign", taken, "-"

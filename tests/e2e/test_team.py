@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ..conftest import REPO
-from .conftest import BASE, envbuild
+from .conftest import BASE, derived, envbuild
 
 pytestmark = pytest.mark.e2e
 
@@ -78,3 +78,25 @@ def test_a_second_project_never_runs_the_first_projects_image(
     assert res.returncode == 2 and "was built by another project" in res.stderr
     row = _status(second)  # the first project's tested image is not this project's
     assert (row["image"], row["next"]) == ("foreign", "envbuild build cpu-py311")
+
+
+def test_run_says_so_when_the_profiles_tag_names_an_image_built_from_the_tested_one(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, docker_client: Any
+) -> None:
+    """`docker build -t REPO:NAME` FROM the tested image (a team's tweak) keeps every label: run
+    started it with no word that it is not what passed the smoke test (push refuses it)."""
+    over = derived(docker_client, built_cpu["image_id"], 'ENV TEAM_TWEAK="1"')
+    over.tag(repo_name, tag="cpu-py311")
+    try:
+        res = envbuild(
+            "run", "cpu-py311", "--tag", repo_name, "--", "python", "-c", "import os; print(os.environ['TEAM_TWEAK'])",
+            cwd=e2e_project,
+        )  # fmt: skip
+        assert res.returncode == 0 and res.stdout.strip() == "1", res.stderr
+        assert f"note: {repo_name}:cpu-py311 is not the image that passed the smoke test" in res.stderr
+        assert "`envbuild build cpu-py311` puts the tested one back" in res.stderr
+    finally:
+        docker_client.images.get(built_cpu["image_id"]).tag(repo_name, tag="cpu-py311")
+        docker_client.images.remove(over.id, force=True, noprune=True)
+    res = envbuild("run", "cpu-py311", "--tag", repo_name, "--", "true", cwd=e2e_project)
+    assert res.returncode == 0 and "note:" not in res.stderr, res.stderr  # the tested image: nothing to say

@@ -233,6 +233,9 @@ def test_status_carries_the_gpu_check_of_the_current_tested_image() -> None:
 
     attrs = _attrs(["envbuild:cu121-py311"], accelerator="cuda", smoke_gpu="skip")
     assert status.image_state([_row(attrs)], "cu121-py311") == ("tested", "envbuild:cu121-py311", "skip")
+    # pushed: the registry's tag sorts first, and the project's own is the one to show
+    pushed = _attrs(["127.0.0.1:5000/team/envs:cu121-py311", "envbuild:cu121-py311"])
+    assert status.image_state([_row(pushed)], "cu121-py311", "envbuild")[1] == "envbuild:cu121-py311"
 
 
 def _derived(attrs: dict[str, Any], **change: Any) -> dict[str, Any]:
@@ -312,3 +315,20 @@ def test_an_image_built_from_an_envbuild_image_is_not_pruned_nor_taken_for_the_p
         f"envbuild:cu121-py311-{'b' * 12}",
     )
     assert status.image_state([_row(app)], "cu121-py311") == ("none", "", "-")
+
+
+def test_status_names_an_image_built_from_the_tested_one_under_the_profiles_tag() -> None:
+    """`docker build -t envbuild/proj:NAME` FROM the tested image: status said "tested ... ready"
+    (from the pushed registry tag on the real one), while run started the other and push refused it."""
+    from pathlib import Path
+
+    from envbuild import status
+
+    tested = _attrs(["127.0.0.1:5000/team/envs:cu121-py311", "envbuild:cu121-py311-" + "a" * 12])
+    over = _derived(tested, layer="sha256:" + "f" * 64)
+    over["RepoTags"] = ["envbuild:cu121-py311"]
+    rows = [_row(tested), _row(over)]
+    proj = project.Project(Path("/nowhere"), project.ProjectConfig(repository="envbuild"))
+    ref, why = status.foreign_problem(None, rows, proj, PROF)
+    assert ref == "envbuild:cu121-py311" and why.startswith("its smoke-test record does not hold")
+    assert why.endswith("push refuses it")

@@ -234,7 +234,7 @@ def run_image(
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
     import subprocess
 
-    from envbuild import engine, hostgpu, localimage, refs, runner
+    from envbuild import engine, hostgpu, localimage, refs, runner, smokerecord
     from envbuild.names import RUN_SHM_SIZE, UNTESTED
 
     hostgpu.check_gpus(gpus)
@@ -247,9 +247,15 @@ def run_image(
     proj = project_at(project)
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
-    image, _ = localimage.profile_image(engine.client(), proj, prof, tag)
-    if image.endswith(UNTESTED):
+    image, found = localimage.profile_image(engine.client(), proj, prof, tag)
+    tested = smokerecord.state(found.attrs)
+    if image.endswith(UNTESTED) or tested == "untested":
         output.err().print(f"note: {image} is a --no-smoke build; no smoke test has passed in it")
+    elif tested == "altered":  # run, unlike push, takes it: it may be the user's own on purpose
+        output.err().print(
+            f"note: {image} is not the image that passed the smoke test: {smokerecord.ALTERED}; "
+            f"`envbuild build {name}` puts the tested one back under this tag"
+        )
     argv = runner.docker_argv(
         prof,
         image,
