@@ -358,7 +358,12 @@ def prepare(
     files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     if prof.flavor == "venv":
-        files[ctx / SMOKE_DIR / SBOM_NAME] = sbom_text
+        files.update(
+            {
+                ctx / SMOKE_DIR / SBOM_NAME: sbom_text,
+                ctx / SMOKE_DIR / layering.CONSTRAINTS: layering.constraints(built, lock.pins),
+            }
+        )
     if ca_text is not None:
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text
     if lock.apt is not None:

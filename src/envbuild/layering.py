@@ -15,7 +15,7 @@ from envbuild import aptfile, lockfile, render, uvtool
 from envbuild.aptfile import AptLock
 from envbuild.freshness import LockSnapshot
 from envbuild.lockfile import Pin
-from envbuild.names import FIXED_MTIME
+from envbuild.names import FIXED_MTIME, TORCH_FAMILY_RE
 from envbuild.plan import Plan
 
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
@@ -74,6 +74,22 @@ def layer_groups(
 
 
 SOURCE_FILE = "requirements.source.lock"
+CONSTRAINTS = "constraints.txt"  # in the image's /opt/envbuild; PIP_CONSTRAINT and UV_CONSTRAINT name it
+
+
+def constraints(plan: Plan, pins: dict[str, Pin]) -> str:
+    """The pins a derived image's `pip install` may not move: torch, its CUDA/ROCm/Triton wheels,
+    torchvision, torchaudio and numpy, as locked and smoke-tested. A package that wants another
+    torch otherwise made pip fetch PyPI's default (CUDA) build over the tested one, silently; with
+    them, pip stops with "(constraint)" in its conflict. The rest stays the derived image's to change."""
+    held = sorted(n for n in pins if TORCH_FAMILY_RE.fullmatch(n) or n == _OWN_LAYER)
+    return (
+        f"# The tested torch build and numpy of envbuild profile {plan.profile.name}, written by envbuild build.\n"
+        "# pip (PIP_CONSTRAINT) and uv (UV_CONSTRAINT) in this image and in images built FROM it keep these.\n"
+        f"# To change them, change the profile and rebuild (envbuild lock {plan.profile.name} && envbuild build "
+        f"{plan.profile.name});\n# for one install, clear it: PIP_CONSTRAINT= pip install ...\n"
+        + "".join(f"{n}=={pins[n].version}\n" for n in held)
+    )
 
 
 def source_built(groups: dict[str, tuple[str, ...]], from_source: frozenset[str]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ import pytest
 from envbuild import smokerecord
 from envbuild.smoke import host
 
-from .conftest import envbuild
+from .conftest import CA, envbuild
 
 pytestmark = pytest.mark.e2e
 
@@ -207,3 +207,30 @@ def test_a_package_with_no_wheel_is_built_from_its_sdist_and_a_hydra_app_runs(
     finally:
         for tag in docker_client.images.get(image).tags:  # by tag: the image has cache children
             docker_client.images.remove(tag)
+
+
+def test_pip_in_an_image_built_from_it_keeps_the_tested_numpy_and_says_where_the_pin_comes_from(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """A package that wants another numpy or torch made pip replace the tested one, silently (for
+    torch: PyPI's default CUDA build over the CPU one). The image's PIP_CONSTRAINT keeps them; pip
+    stops with its conflict, and the image's pip says where the constraint comes from."""
+    env = {"PIP_CERT": "/ca.crt", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    ca = {CA: {"bind": "/ca.crt", "mode": "ro"}}
+
+    def pip(*args: str, **more: str) -> tuple[int, str]:
+        box = docker_client.containers.run(
+            built_cpu["image_id"], ["pip", *args], user="0", environment={**env, **more}, volumes=ca, detach=True
+        )
+        try:
+            code = int(box.wait(timeout=300)["StatusCode"])
+            return code, box.logs().decode()
+        finally:
+            box.remove(force=True)
+
+    code, said = pip("install", "--dry-run", "numpy==2.0.2")
+    assert code == 1, said
+    assert "(constraint) numpy==2.1.3" in said
+    assert "is this image's tested torch build or numpy (/opt/envbuild/constraints.txt)" in said
+    code, said = pip("install", "--dry-run", "numpy==2.0.2", PIP_CONSTRAINT="")  # cleared: the user's choice
+    assert code == 0 and "Would install numpy-2.0.2" in said, said

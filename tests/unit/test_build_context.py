@@ -55,8 +55,16 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
     assert {"sympy", "jinja2", "markupsafe"} <= set(parts["torch-deps"]) and "einops" in parts["rest"]
     # what `python -m venv` put there is replaced in place by the locked version, never from another layer
     assert "setuptools" not in parts["torch-deps"] and ("setuptools" in parts["rest"] or "setuptools" not in whole)
+    # what a derived image's pip may not move: the torch build, its runtime wheels, torchvision,
+    # torchaudio and numpy, as locked; the profile's own packages stay the derived image's to change
+    held = lockfile.parse_requirements((ctx / "smoke" / "constraints.txt").read_text())
+    assert {n: p.version for n, p in held.items()} == {
+        n: p.version for n, p in whole.items() if n in parts["torch"] or n in parts["torch-extras"] or n == "numpy"
+    }
+    assert "envbuild lock cu121-py311 && envbuild build cu121-py311" in (ctx / "smoke" / "constraints.txt").read_text()
     dockerfile = (ctx / "Dockerfile").read_text()
     assert "FROM ${BASE_IMAGE} AS runtime" in dockerfile
+    assert "ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt" in dockerfile
     assert f'io.envbuild.lock-sha256="{report["labels"]["io.envbuild.lock-sha256"]}"' in dockerfile
     bake = json.loads(cli("matrix", "--format", "bake").out)
     assert (engineless_project / bake["target"]["cu121-py311"]["context"]).resolve() == ctx.resolve()

@@ -44,6 +44,53 @@ def test_the_container_starts_the_host_copy_first_on_the_path_under_the_engines_
     assert not container.is_smoke_command(["true"])
 
 
+def _image_pip(tmp_path: Path, uid: int, args: list[str], code: int, **env: str) -> subprocess.CompletedProcess[str]:
+    """The image's pip wrapper run as `uid`, with a fake `python -m pip` that exits with `code`."""
+    tools = tmp_path / "bin"
+    tools.mkdir(exist_ok=True)
+    fake = {
+        "id": f'#!/bin/sh\n[ "$1" = -g ] && echo {uid} && exit 0\necho {uid}\n',
+        # pip's own run, with the exit code under test; the site folder, one this user cannot write
+        "python": f'#!/bin/sh\n[ "$1" = -m ] && echo "pip ran: $*" && exit {code}\necho {tmp_path}/no-such-site\n',
+    }
+    for name, text in fake.items():
+        (tools / name).write_text(text)
+        (tools / name).chmod(0o755)
+    wrapper = tmp_path / "pip"
+    wrapper.write_text(buildctx.pip_wrapper())
+    return subprocess.run(
+        ["sh", str(wrapper), *args],
+        env={"PATH": f"{tools}:/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("uid", "args", "code", "constraint", "hinted"),
+    [
+        (0, ["install", "torch==2.14.0"], 1, "/opt/envbuild/constraints.txt", True),
+        (0, ["install", "--no-index", "x"], 1, "/opt/envbuild/constraints.txt", True),
+        (0, ["install", "x"], 0, "/opt/envbuild/constraints.txt", False),  # it worked
+        (0, ["install", "x"], 1, "", False),  # cleared for this install: pip's conflict is its own
+        (0, ["download", "x"], 1, "/opt/envbuild/constraints.txt", False),
+        (1000, ["install", "x"], 1, "/opt/envbuild/constraints.txt", False),  # refused: the USER fix instead
+    ],
+)
+def test_a_failed_install_as_root_is_told_where_a_constraint_comes_from(
+    tmp_path: Path, uid: int, args: list[str], code: int, constraint: str, hinted: bool
+) -> None:
+    """pip's "The user requested (constraint) torch==2.13.0+cpu" names no file: the image's
+    PIP_CONSTRAINT holds the tested torch build and numpy, and the wrapper says so and how to change it."""
+    out = _image_pip(tmp_path, uid, args, code, PIP_CONSTRAINT=constraint)
+    assert out.returncode == code
+    said = "this image's tested torch build or numpy (/opt/envbuild/constraints.txt)"
+    assert (said in out.stderr) is hinted, out.stderr
+    if hinted:
+        assert "PIP_CONSTRAINT= pip install ..." in out.stderr
+
+
 @pytest.mark.parametrize(
     ("uid", "args", "code", "hinted"),
     [
@@ -62,21 +109,7 @@ def test_the_images_pip_names_the_fix_when_the_user_is_refused_an_install(
 ) -> None:
     """`FROM image` + `RUN pip install` as the image's user failed with pip's "Permission denied
     ... Check the permissions" alone: the environment belongs to root by design."""
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    fake = {
-        "id": f'#!/bin/sh\n[ "$1" = -g ] && echo {uid} && exit 0\necho {uid}\n',
-        # pip's own run, with the exit code under test; the site folder, one this user cannot write
-        "python": f'#!/bin/sh\n[ "$1" = -m ] && echo "pip ran: $*" && exit {code}\necho {tmp_path}/no-such-site\n',
-    }
-    for name, text in fake.items():
-        (tools / name).write_text(text)
-        (tools / name).chmod(0o755)
-    wrapper = tmp_path / "pip"
-    wrapper.write_text(buildctx.pip_wrapper())
-    out = subprocess.run(
-        ["sh", str(wrapper), *args], env={"PATH": f"{tools}:/usr/bin:/bin"}, capture_output=True, text=True, check=False
-    )
+    out = _image_pip(tmp_path, uid, args, code)
     assert out.returncode == code and out.stdout == f"pip ran: -m pip {' '.join(args)}\n"
     fix = f"envbuild: in a Dockerfile, put 'USER root' before this step and 'USER {uid}:{uid}' after it."
     assert (fix in out.stderr) is hinted, out.stderr

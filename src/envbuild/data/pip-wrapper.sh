@@ -1,7 +1,8 @@
 #!/bin/sh
 # envbuild: the environment's pip, run as `python -m pip`. The environment belongs to root, so the
 # image's user cannot change what the smoke test certified; an install it is refused gets the fix
-# for a derived Dockerfile after pip's own error (README: "Building on an envbuild image").
+# for a derived Dockerfile after pip's own error (README: "Building on an envbuild image"). A failed
+# install as root is told where a "(constraint)" comes from: PIP_CONSTRAINT, the tested torch and numpy.
 python -m pip "$@"
 code=$?
 # An install aimed elsewhere (--target, --prefix, --root, --user) failed for its own reason.
@@ -11,17 +12,24 @@ for arg in "$@"; do
         -t | --target | --target=* | --prefix | --prefix=* | --root | --root=* | --user) elsewhere=1 ;;
     esac
 done
-if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ] && [ "$(id -u)" -ne 0 ]; then
+if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ]; then
     for arg in "$@"; do
         case "$arg" in
             -*) continue ;;
             install | uninstall)
-                site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)"
+                site=""
+                [ "$(id -u)" -ne 0 ] && site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)"
                 if [ -n "$site" ] && [ ! -w "$site" ]; then
                     echo "envbuild: $site belongs to root: the image's user cannot change the tested environment." >&2
                     echo "envbuild: in a Dockerfile, put 'USER root' before this step and 'USER $(id -u):$(id -g)' after it." >&2
+                    exit "$code"
                 fi ;;
         esac
+        if [ "$arg" = install ] && [ -n "${PIP_CONSTRAINT:-}" ]; then
+            echo "envbuild: a \"(constraint)\" in pip's conflict above is this image's tested torch build or numpy" \
+                "($PIP_CONSTRAINT): change it in the profile and rebuild, or clear it for this install:" \
+                "PIP_CONSTRAINT= pip install ..." >&2
+        fi
         break
     done
 fi
