@@ -520,3 +520,24 @@ def test_the_report_on_stdout_survives_what_else_prints_there(tmp_path: Path) ->
     assert got["passed"] and got["checks"][0]["facts"] == {"ran": True}
     with pytest.raises(ValueError):
         host.read_report("banner only\n")
+
+
+def test_a_local_run_has_no_manifest_but_still_fails_a_shadowed_locked_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`smoke --local` skips the manifest comparison (a venv has none); a locked package imported
+    from elsewhere (an editable checkout, a .pth) still means the lockfile's environment was not tested."""
+    from envbuild.smoke.inside import integrity
+
+    local = _ctx(expect={"packages": {"filelock": "1"}}, local=True, lock_match="pins")
+    with pytest.raises(Skip, match="no build manifest"):
+        integrity.check_integrity(local, Result("integrity"))
+    (tmp_path / "src" / "filelock").mkdir(parents=True)
+    (tmp_path / "src" / "filelock" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    monkeypatch.delitem(sys.modules, "filelock", raising=False)
+    with pytest.raises(CheckFailed, match=r"filelock \(filelock\) from .*/src/filelock/__init__.py") as failed:
+        integrity.check_integrity(local, Result("integrity"))
+    assert "derived image" not in failed.value.remedy  # a host has no Dockerfile to point at
+    with pytest.raises(Skip):  # --lock-match none: no lockfile to hold it to
+        integrity.check_integrity(_ctx(expect=local.expect, local=True, lock_match="none"), Result("integrity"))

@@ -98,6 +98,24 @@ def _shadowed(ctx: Context) -> list[str]:
     return found
 
 
+def _fail_if_shadowed(ctx: Context) -> None:
+    shadowed = _shadowed(ctx)
+    if not shadowed:
+        return
+    own = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the smoke test's
+    path = os.pathsep.join(
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != own
+    )
+    where = "PYTHONPATH" if ctx.local else "PYTHONPATH (an ENV in a derived image's Dockerfile, or -e at run time)"
+    raise CheckFailed(
+        "locked packages are imported from outside the environment: "
+        + "; ".join(shadowed[:SHOWN])
+        + (", ..." if len(shadowed) > SHOWN else "")
+        + (f" (PYTHONPATH={path} comes first)" if path else ""),
+        f"take those folders off {where} or out of sys.path: the tested environment must be the one that is imported",
+    )
+
+
 def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -> list[str]:
     """What changed in the base Python a venv runs on (manifest.interpreter says why it is
     recorded): its binary and standard library against the build's record. With --lock-match pins and
@@ -130,6 +148,8 @@ def check_integrity(ctx: Context, r: Result) -> None:
         os.path.join(folder, os.path.basename(DIGEST)),
     )
     if ctx.local or not os.path.isfile(manifest_path):
+        if ctx.lock_match != "none":  # a venv or a host has no manifest, but can shadow a locked package too
+            _fail_if_shadowed(ctx)
         raise Skip("no build manifest here (only images envbuild built carry one)")
     with open(manifest_path, encoding="utf-8") as fh:
         manifest: dict[str, Any] = json.load(fh)
@@ -151,20 +171,7 @@ def check_integrity(ctx: Context, r: Result) -> None:
     removed = [p for p in recorded if p not in current]
     added = [p for p in current if p not in recorded]
     base = _base_python(manifest, root, ctx, r)
-    shadowed = _shadowed(ctx)
-    if shadowed:
-        own = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the smoke test's
-        path = os.pathsep.join(
-            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != own
-        )
-        raise CheckFailed(
-            "locked packages are imported from outside the environment: "
-            + "; ".join(shadowed[:SHOWN])
-            + (", ..." if len(shadowed) > SHOWN else "")
-            + (f" (PYTHONPATH={path} comes first)" if path else ""),
-            "take those folders off PYTHONPATH (an ENV in a derived image's Dockerfile, or -e at run time) or out "
-            "of sys.path: the tested environment must be the one that is imported",
-        )
+    _fail_if_shadowed(ctx)
     if not (changed or removed or added or base):
         return
     owners = _owners(root)
