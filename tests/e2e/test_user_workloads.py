@@ -158,6 +158,9 @@ def test_an_image_built_from_an_envbuild_image_adds_a_package(
         # the same from the host, as a user checks a derived image: envbuild smoke IMAGE --lock-match pins
         res = envbuild("smoke", image.id, "--lock-match", "pins", "--json", str(tmp_path / "r.json"), cwd=e2e_project)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        # it passes as it is, and is told apart from the image that passed at build (push refuses it)
+        assert json.loads((tmp_path / "r.json").read_text())["smoke_record"] == "altered"
+        assert "is not an image that passed before: its smoke-test record does not hold" in res.stderr
         # the default (exact) still fails on it: the drift check for images that should be pristine
         exact = docker_client.containers.run(
             image.id, ["envbuild-smoke", "--only", "versions", "--json", "-"], detach=True

@@ -393,6 +393,10 @@ def test_smoke_json_dash_puts_the_report_on_stdout_and_the_table_on_stderr(
     assert json.loads(res.out) == report  # stdout is the report and nothing else
     assert "all_reduce hung" in res.err and "smoke FAILED: ddp" in res.err
     assert not (project / "-").exists()
+    assert "is not an image that passed before" not in res.err
+    monkeypatch.setattr(host, "smoke_image", lambda *_, **__: {**report, "smoke_record": "altered"})
+    res = cli("smoke", "envbuild/x:cpu-py311", "--project", str(project))
+    assert "note: sha256:aaaaaaaaaaaa is not an image that passed before: its smoke-test record" in res.err
     # an error before any report still gives a machine reader its one JSON document
     res = cli("smoke", "--json", "-", "--project", str(project))
     assert res.code == 2 and json.loads(res.out)["error"]["message"] == "name a profile or an image"

@@ -254,6 +254,11 @@ def smoke(
             lock_match=lock_match,
         )
     _print_smoke(report, output.err() if to_stdout else output.out())
+    if report.get("smoke_record") == "altered":
+        from envbuild import smokerecord
+
+        shown = report.get("ref") or report.get("image", "")[:19]
+        output.err().print(f"note: {shown} is not an image that passed before: {smokerecord.ALTERED}")
     if to_stdout:
         output.emit_json(report)
     elif json_file:

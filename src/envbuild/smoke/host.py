@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildctx, engine, enginelost, freshness, localimage
+from envbuild import buildctx, engine, enginelost, freshness, localimage, smokerecord
 from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
@@ -162,6 +162,9 @@ def run_in_image(
         raise SmokeError(f"the smoke test crashed (exit {code}) before its report:\n{err[-2000:]}") from exc
     report["exit_code"] = code
     report["image"] = image
+    # passed | untested | altered: whether the image is one that passed before (build's record), as
+    # a derived or retagged image under a profile's tag is not; the checks above say how it is now
+    report["smoke_record"] = smokerecord.state(inspected)
     if report.get("checks"):  # the labels must say what the checks found inside
         labels_check.add(labels, report)
     if refused is not None:
