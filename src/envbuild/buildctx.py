@@ -361,7 +361,7 @@ def prepare(
         files.update(
             {
                 ctx / SMOKE_DIR / SBOM_NAME: sbom_text,
-                ctx / SMOKE_DIR / layering.CONSTRAINTS: layering.constraints(built, lock.pins),
+                ctx / SMOKE_DIR / layering.CONSTRAINTS: layering.constraints(built, lock.pins, groups),
             }
         )
     if ca_text is not None:

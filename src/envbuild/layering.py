@@ -15,7 +15,7 @@ from envbuild import aptfile, lockfile, render, uvtool
 from envbuild.aptfile import AptLock
 from envbuild.freshness import LockSnapshot
 from envbuild.lockfile import Pin
-from envbuild.names import FIXED_MTIME, TORCH_FAMILY_RE
+from envbuild.names import FIXED_MTIME
 from envbuild.plan import Plan
 
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
@@ -77,12 +77,13 @@ SOURCE_FILE = "requirements.source.lock"
 CONSTRAINTS = "constraints.txt"  # in the image's /opt/envbuild; PIP_CONSTRAINT and UV_CONSTRAINT name it
 
 
-def constraints(plan: Plan, pins: dict[str, Pin]) -> str:
-    """The pins a derived image's `pip install` may not move: torch, its CUDA/ROCm/Triton wheels,
-    torchvision, torchaudio and numpy, as locked and smoke-tested. A package that wants another
-    torch otherwise made pip fetch PyPI's default (CUDA) build over the tested one, silently; with
-    them, pip stops with "(constraint)" in its conflict. The rest stays the derived image's to change."""
-    held = sorted(n for n in pins if TORCH_FAMILY_RE.fullmatch(n) or n == _OWN_LAYER)
+def constraints(plan: Plan, pins: dict[str, Pin], groups: dict[str, tuple[str, ...]]) -> str:
+    """The pins a derived image's `pip install` may not move: the `torch`, `torch-extras` and numpy
+    layers (torch, its CUDA/ROCm/Triton wheels, torchvision, torchaudio, numpy), as locked and
+    smoke-tested. A package that wants another torch otherwise made pip fetch PyPI's default (CUDA)
+    build over the tested one, silently; with them, pip stops with "(constraint)" in its conflict.
+    The rest stays the derived image's to change."""
+    held = sorted(n for g in ("torch", "torch-extras", _OWN_LAYER) for n in groups.get(g, ()))
     return (
         f"# The tested torch build and numpy of envbuild profile {plan.profile.name}, written by envbuild build.\n"
         "# pip (PIP_CONSTRAINT) and uv (UV_CONSTRAINT) in this image and in images built FROM it keep these.\n"

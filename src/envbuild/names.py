@@ -112,17 +112,22 @@ def immutable_tag(repo: str, profile: str, digest: str) -> str:
     return f"{repo}:{profile}-{digest[:TAG_SHA_CHARS]}"
 
 
+def _tag_of(ref: str) -> str:
+    """TAG of REPO:TAG, where REPO may hold a registry port."""
+    return ref.rsplit("/", 1)[-1].partition(":")[2]
+
+
 def is_moving(ref: str, profile: str) -> bool:
-    """Whether `ref` (REPO:TAG, REPO may hold a registry port) is one of the profile's moving tags."""
-    return ref.rsplit("/", 1)[-1].partition(":")[2] in {profile, profile + UNTESTED}
+    """Whether `ref` is one of the profile's moving tags."""
+    return _tag_of(ref) in {profile, profile + UNTESTED}
 
 
 def is_envbuild_tag(ref: str, profile: str) -> bool:
     """Whether `ref`'s tag is one envbuild gives the profile's images (moving or NAME-<12 hex>), in
     any repository. An image with another tag was tagged by someone else: an image built FROM an
     envbuild image keeps its labels, so the labels alone do not make it envbuild's."""
-    tag = ref.rsplit("/", 1)[-1].partition(":")[2]
-    return is_moving(ref, profile) or re.fullmatch(f"{re.escape(profile)}-[0-9a-f]{{{TAG_SHA_CHARS}}}", tag) is not None
+    sha = f"{re.escape(profile)}-[0-9a-f]{{{TAG_SHA_CHARS}}}"
+    return is_moving(ref, profile) or re.fullmatch(sha, _tag_of(ref)) is not None
 
 
 # ---- platforms and lockfile names -------------------------------------------------------------
