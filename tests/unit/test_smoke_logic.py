@@ -190,6 +190,26 @@ def test_local_mode_in_an_interpreter_without_the_environment_says_so(tmp_path: 
     assert "change the profile" not in checks["ddp"]["remedy"]  # no torch at all: no profile would match
 
 
+def test_local_mode_keeps_the_callers_pythonpath(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a team that puts its packages on PYTHONPATH tests that environment, not one without them:
+    # numpy found only there must be seen (it was replaced by the smoke package's own folder)
+    import subprocess
+    import sys
+
+    from envbuild.smoke.host import run_local
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    theirs = tmp_path / "theirs"
+    (theirs / "numpy").mkdir(parents=True)
+    (theirs / "numpy" / "__init__.py").write_text('__version__ = "1.26.4"\n')
+    monkeypatch.setenv("PYTHONPATH", str(theirs))
+    python = str(tmp_path / "bare" / "bin" / "python")
+    report = run_local({"accelerator": "cpu", "python": "3.11"}, python=python, lock_match="none", timeout=60)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert "numpy is not installed" not in checks["versions"]["reason"]
+    assert checks["versions"]["reason"] == f"torch is not installed in {python}"
+
+
 def test_local_mode_with_something_that_is_not_python(tmp_path: Path) -> None:
     from envbuild.errors import SmokeError
     from envbuild.smoke.host import run_local
