@@ -84,6 +84,24 @@ def test_a_locked_package_shadowed_on_pythonpath_fails_integrity_and_a_banner_sp
     assert "PYTHONPATH=/evil comes first" in integrity["reason"] and "PYTHONPATH" in integrity["remedy"]
 
 
+def test_a_locked_module_in_a_derived_images_workdir_fails_integrity(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """`WORKDIR /app` + `COPY . .` of a repo with an `einops.py`: the smoke test runs in its own
+    folder and passed, while `python train.py` in /app imports that file. A `numpy/` data folder
+    (no __init__.py) is no package and must not count."""
+    report = _smoke_as_root_changed(
+        docker_client,
+        built_cpu["image_id"],
+        "RUN mkdir -p /app/numpy && echo 'x = 1' > /app/einops.py && echo 'import einops' > /app/train.py",
+        "WORKDIR /app",
+    )
+    integrity = _check(report, "integrity")
+    assert report["failed"] == ["integrity"], host.summary(report)
+    assert "einops (einops) from /app/einops.py (the image's WORKDIR /app)" in integrity["reason"]
+    assert "numpy" not in integrity["reason"] and "WORKDIR" in integrity["remedy"]
+
+
 def test_smoke_name_tests_the_image_its_tag_points_at(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:

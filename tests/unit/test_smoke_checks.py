@@ -541,3 +541,44 @@ def test_a_local_run_has_no_manifest_but_still_fails_a_shadowed_locked_package(
     assert "derived image" not in failed.value.remedy  # a host has no Dockerfile to point at
     with pytest.raises(Skip):  # --lock-match none: no lockfile to hold it to
         integrity.check_integrity(_ctx(expect=local.expect, local=True, lock_match="none"), Result("integrity"))
+
+
+def test_a_locked_module_in_the_images_workdir_fails_and_a_namespace_folder_there_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python train.py` in a derived image's WORKDIR imports a `filelock.py` there before the
+    environment's; the smoke test runs elsewhere, so the host names the WORKDIR. A data folder that
+    shares a package's name (no __init__.py) is a namespace portion, which the real package beats."""
+    from envbuild.smoke.inside import integrity
+    from envbuild.smoke.inside.core import WORKDIR_ENV
+
+    ctx = _ctx(expect={"packages": {"filelock": "1", "pytest": "1"}}, local=True, lock_match="pins")
+    app = tmp_path / "app"
+    (app / "pytest").mkdir(parents=True)  # a folder of data named like a locked package
+    (app / "train.py").write_text("import filelock\n")
+    monkeypatch.setenv(WORKDIR_ENV, str(app))
+    with pytest.raises(Skip, match="no build manifest"):
+        integrity.check_integrity(ctx, Result("integrity"))
+    (app / "filelock.py").write_text("")
+    with pytest.raises(CheckFailed) as failed:
+        integrity.check_integrity(ctx, Result("integrity"))
+    assert f"filelock (filelock) from {app}/filelock.py (the image's WORKDIR {app})" in failed.value.reason
+    assert "pytest (pytest)" not in failed.value.reason
+    assert "rename those files or folders in the image's WORKDIR" in failed.value.remedy
+
+
+def test_a_local_run_names_the_current_folder_when_a_file_there_shadows_a_locked_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `smoke --local` runs with -m, so the caller's folder is first on sys.path, as for their scripts
+    from envbuild.smoke.inside import integrity
+
+    (tmp_path / "filelock.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "filelock", raising=False)
+    local = _ctx(expect={"packages": {"filelock": "1"}}, local=True, lock_match="pins")
+    with pytest.raises(CheckFailed) as failed:
+        integrity.check_integrity(local, Result("integrity"))
+    assert f"filelock (filelock) from {tmp_path}/filelock.py (the current folder {tmp_path})" in failed.value.reason
+    assert failed.value.remedy.startswith("rename those files or folders in the current folder, or run from another")

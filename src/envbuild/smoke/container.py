@@ -10,6 +10,7 @@ from envbuild import buildctx
 from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError
 from envbuild.names import ENTRY_SCRIPT, LABEL_SMOKE_CONTAINER
+from envbuild.smoke.inside.core import WORKDIR_ENV
 
 # Where the host puts its own copy of the smoke test in the container (see with_host_smoke).
 HOST_SMOKE_DIR = "/.envbuild-smoke"
@@ -88,8 +89,11 @@ def with_host_smoke(inspected: dict[str, Any]) -> dict[str, Any]:
     script, under the engine's own init: an ENTRYPOINT a derived image set is not run either. The
     image's expect.json, manifest and checks are still read where the build put them; what they
     say is held against the files (integrity) and the labels (labels check)."""
-    env = (inspected.get("Config") or {}).get("Env") or []
+    config = inspected.get("Config") or {}
+    env = config.get("Env") or []
     theirs = next((e.split("=", 1)[1] for e in env if e.startswith("PYTHONPATH=")), "")
+    # the checks run elsewhere, so integrity is told where the image's users start
+    workdir = {WORKDIR_ENV: config["WorkingDir"]} if config.get("WorkingDir") else {}
     return {
         "entrypoint": ["/bin/sh", f"{HOST_SMOKE_DIR}/{ENTRY_SCRIPT}"],
         "init": True,
@@ -99,6 +103,7 @@ def with_host_smoke(inspected: dict[str, Any]) -> dict[str, Any]:
         "environment": {
             "PYTHONPATH": HOST_SMOKE_DIR + (f":{theirs}" if theirs else ""),
             "PYTHONDONTWRITEBYTECODE": "1",
+            **workdir,
         },
     }
 

@@ -9,6 +9,8 @@ REPORT_VERSION = 1
 DEFAULT_EXPECT = "/opt/envbuild/expect.json"
 # Set by `envbuild smoke` when the engine refused the container's GPU request (host.GPU_REFUSED_ENV).
 GPU_REFUSED_ENV = "ENVBUILD_SMOKE_GPU_REFUSED"
+# Set by `envbuild smoke` to the image's WORKDIR (Config.WorkingDir), where users' code starts.
+WORKDIR_ENV = "ENVBUILD_SMOKE_WORKDIR"
 SHM_MIN_BYTES = 1 << 30
 BOOTSTRAP = {"pip", "setuptools", "wheel"}  # installed by venv itself, not by the lock
 # cuBLAS needs this before its first handle for deterministic results.

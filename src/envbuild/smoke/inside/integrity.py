@@ -4,14 +4,16 @@ and is named with the distribution it belongs to."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import os
+import sys
 import sysconfig
 from importlib import metadata
 from typing import Any
 
-from .core import CheckFailed, Context, Result, Skip, _canon
+from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon
 from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
 
 SHOWN = 5
@@ -79,23 +81,49 @@ def _shadowed(ctx: Context) -> list[str]:
     # (an old backport's `typing`, a wheel's stray top-level `test`); the base-Python check covers it
     ours = homes | {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib")}
     locked = {_canon(k) for k in (ctx.expect.get("packages") or {})}
+    # The image's WORKDIR: the smoke test runs elsewhere, but `python train.py` and `python -m`
+    # there put it first on sys.path, so a `numpy.py` or a vendored `einops/` in it is what a
+    # user's code imports (the host passes it; an image without one starts in /, left out)
+    workdir = os.environ.get(WORKDIR_ENV, "")
+    # `--local` runs with -m in the caller's folder, which Python puts first as a script would
+    here = os.path.realpath(os.getcwd())
+    here_first = ctx.local and here in {os.path.realpath(p or ".") for p in sys.path[:1]}
     found: list[str] = []
     for dist in metadata.distributions(path=sorted(homes)):
         name = _canon(dist.metadata["Name"] or "?")
         if name not in locked:
             continue  # a derived image's own (an editable install, say) may live where it likes
         for module in sorted(_top_level(dist)):
-            try:
-                spec = importlib.util.find_spec(module)
-            except (ImportError, ValueError):
-                continue
-            if spec is None:
-                continue
-            places = [spec.origin] if spec.has_location and spec.origin else list(spec.submodule_search_locations or [])
-            where = os.path.realpath(places[0]) if places else ""
-            if where and not any(where == h or where.startswith(h + os.sep) for h in ours):
-                found.append(f"{module} ({name}) from {where}")
+            where = _origin(module, None)
+            if where and not _inside(where, ours):
+                why = f" (the current folder {here})" if here_first and _inside(where, {here}) else ""
+                found.append(f"{module} ({name}) from {where}{why}")
+            elif workdir and not _inside(os.path.realpath(workdir), ours):
+                where = _origin(module, [workdir])
+                if where:
+                    found.append(f"{module} ({name}) from {where} (the image's WORKDIR {workdir})")
     return found
+
+
+def _origin(module: str, path: list[str] | None) -> str:
+    """Where `module` would be imported from (on sys.path, or on `path` alone), resolved; "" when
+    nowhere, or only as a namespace folder, which a regular package later on the path beats."""
+    try:
+        spec = (
+            importlib.util.find_spec(module) if path is None else importlib.machinery.PathFinder.find_spec(module, path)
+        )
+    except (ImportError, ValueError):
+        return ""
+    if spec is None:
+        return ""
+    if spec.has_location and spec.origin:
+        return os.path.realpath(spec.origin)
+    folders = list(spec.submodule_search_locations or []) if path is None else []
+    return os.path.realpath(folders[0]) if folders else ""
+
+
+def _inside(where: str, homes: set[str]) -> bool:
+    return any(where == h or where.startswith(h + os.sep) for h in homes)
 
 
 def _fail_if_shadowed(ctx: Context) -> None:
@@ -107,12 +135,17 @@ def _fail_if_shadowed(ctx: Context) -> None:
         p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != own
     )
     where = "PYTHONPATH" if ctx.local else "PYTHONPATH (an ENV in a derived image's Dockerfile, or -e at run time)"
+    fix = f"take those folders off {where} or out of sys.path"
+    if any("(the image's WORKDIR " in s for s in shadowed):
+        fix = "rename those files or folders in the image's WORKDIR (or move them to a package folder), " + fix
+    if any("(the current folder " in s for s in shadowed):
+        fix = "rename those files or folders in the current folder, or run from another one; " + fix
     raise CheckFailed(
         "locked packages are imported from outside the environment: "
         + "; ".join(shadowed[:SHOWN])
         + (", ..." if len(shadowed) > SHOWN else "")
         + (f" (PYTHONPATH={path} comes first)" if path else ""),
-        f"take those folders off {where} or out of sys.path: the tested environment must be the one that is imported",
+        f"{fix}: the tested environment must be the one that is imported",
     )
 
 
