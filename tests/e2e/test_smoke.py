@@ -95,9 +95,11 @@ def test_a_locked_module_in_a_derived_images_workdir_fails_integrity(
         built_cpu["image_id"],
         "RUN mkdir -p /app/numpy && echo 'x = 1' > /app/einops.py && echo 'import einops' > /app/train.py",
         "WORKDIR /app",
+        "ENV LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libm.so.6",  # as a jemalloc preload would be
     )
     integrity = _check(report, "integrity")
-    assert report["failed"] == ["integrity"], host.summary(report)
+    assert report["failed"] == ["integrity"], host.summary(report)  # a preload alone fails nothing
+    assert integrity["facts"]["preload"] == "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libm.so.6"
     assert "einops (einops) from /app/einops.py (the image's WORKDIR /app)" in integrity["reason"]
     assert "numpy" not in integrity["reason"] and "WORKDIR" in integrity["remedy"]
 

@@ -582,3 +582,15 @@ def test_a_local_run_names_the_current_folder_when_a_file_there_shadows_a_locked
         integrity.check_integrity(local, Result("integrity"))
     assert f"filelock (filelock) from {tmp_path}/filelock.py (the current folder {tmp_path})" in failed.value.reason
     assert failed.value.remedy.startswith("rename those files or folders in the current folder, or run from another")
+
+
+def test_a_preloaded_library_is_shown_not_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envbuild.smoke.inside import integrity, report
+
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libjemalloc.so.2")
+    r = Result("integrity")
+    with pytest.raises(Skip):  # no manifest here; the preload is still in the report
+        integrity.check_integrity(_ctx(expect={}, local=True, lock_match="none"), r)
+    assert r.facts["preload"] == "LD_PRELOAD=/usr/lib/libjemalloc.so.2"
+    shown = report.detail({"reason": "", "facts": {"preload": r.facts["preload"], "files": 3}})
+    assert shown == "preload=LD_PRELOAD=/usr/lib/libjemalloc.so.2"

@@ -173,6 +173,21 @@ def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -
     return problems
 
 
+def _preloaded() -> str:
+    """Libraries loaded into every process before torch's own: shown, not failed (jemalloc and
+    tcmalloc preloads are common and legitimate), since no manifest covers them and they can
+    change what every check measured."""
+    found = [f"LD_PRELOAD={os.environ['LD_PRELOAD']}"] if os.environ.get("LD_PRELOAD") else []
+    try:
+        with open("/etc/ld.so.preload", encoding="utf-8") as fh:
+            listed = " ".join(fh.read().split())
+    except OSError:
+        listed = ""
+    if listed:
+        found.append(f"/etc/ld.so.preload: {listed}")
+    return "; ".join(found)
+
+
 def check_integrity(ctx: Context, r: Result) -> None:
     # beside expect.json: the image's /opt/envbuild; a local run's folder has none
     folder = os.path.dirname(ctx.expect_path or MANIFEST)
@@ -180,6 +195,9 @@ def check_integrity(ctx: Context, r: Result) -> None:
         os.path.join(folder, os.path.basename(MANIFEST)),
         os.path.join(folder, os.path.basename(DIGEST)),
     )
+    preload = _preloaded()
+    if preload:
+        r.facts["preload"] = preload
     if ctx.local or not os.path.isfile(manifest_path):
         if ctx.lock_match != "none":  # a venv or a host has no manifest, but can shadow a locked package too
             _fail_if_shadowed(ctx)

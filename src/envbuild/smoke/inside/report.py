@@ -91,6 +91,7 @@ def run(ctx: Context, only: list[str] | None = None) -> dict[str, Any]:
 
 
 SUMMARY_FACTS = (
+    "preload",
     "torch",
     "numpy",
     "device_count",
