@@ -594,3 +594,27 @@ def test_a_preloaded_library_is_shown_not_failed(tmp_path: Path, monkeypatch: py
     assert r.facts["preload"] == "LD_PRELOAD=/usr/lib/libjemalloc.so.2"
     shown = report.detail({"reason": "", "facts": {"preload": r.facts["preload"], "files": 3}})
     assert shown == "preload=LD_PRELOAD=/usr/lib/libjemalloc.so.2"
+
+
+def test_a_standard_library_moved_by_pythonhome_fails_even_with_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ENV PYTHONHOME=/evil` over a copied, patched stdlib read as "an apt upgrade changed
+    random.py in /usr/lib/python3.11", which pins lists instead of failing."""
+    from envbuild.smoke.inside import integrity, manifest
+
+    here = manifest._stdlib()
+    recorded = str(tmp_path / "usr" / "lib" / "python3.11")  # where the build's OS Python had it
+    built: dict[str, Any] = {
+        "interpreter": {"stdlib": recorded, "files": {}, "executable": ["/usr/bin/python3.11", "x"]}
+    }
+    monkeypatch.setenv("PYTHONHOME", "/evil")
+    with pytest.raises(CheckFailed) as failed:
+        integrity._base_python(built, str(tmp_path / "venv"), _ctx(expect={}, lock_match="pins"), Result("integrity"))
+    assert (
+        failed.value.reason
+        == f"the standard library is read from {here}, not the build's {recorded} (PYTHONHOME=/evil)"
+    )
+    assert failed.value.remedy.startswith("unset PYTHONHOME")
+    built["interpreter"] = manifest.interpreter(str(tmp_path / "venv"))  # the folder and files recorded
+    assert integrity._base_python(built, str(tmp_path / "venv"), _ctx(expect={}, lock_match="exact"), Result("x")) == []

@@ -156,7 +156,16 @@ def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -
     then = manifest.get("interpreter")
     if not then:
         return []  # a conda env holds its own Python, under root
-    now = interpreter(root) or {"files": {}, "executable": None}
+    now = interpreter(root) or {"stdlib": root, "files": {}, "executable": None}
+    if os.path.realpath(now["stdlib"]) != os.path.realpath(then["stdlib"]):
+        # not an apt upgrade (which keeps the folder): every import of the standard library now
+        # reads files no manifest covers, so pins does not list this one, it fails
+        home = f" (PYTHONHOME={os.environ['PYTHONHOME']})" if os.environ.get("PYTHONHOME") else ""
+        raise CheckFailed(
+            f"the standard library is read from {now['stdlib']}, not the build's {then['stdlib']}{home}",
+            "unset PYTHONHOME (an ENV in a derived image's Dockerfile, or -e at run time): the venv "
+            "runs on the OS Python the image was built and tested with",
+        )
     where = f"the base Python ({then['stdlib']})"
     problems = [f"{where}: {then['executable'][0]} changed"] if now["executable"] != then["executable"] else []
     before, after = then["files"], now["files"]
