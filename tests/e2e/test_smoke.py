@@ -84,7 +84,7 @@ def test_a_locked_package_shadowed_on_pythonpath_fails_integrity_and_a_banner_sp
     assert "PYTHONPATH=/evil comes first" in integrity["reason"] and "PYTHONPATH" in integrity["remedy"]
 
 
-def test_a_locked_module_in_a_derived_images_workdir_fails_integrity(
+def test_a_module_in_a_derived_images_workdir_or_a_library_on_ld_library_path_fails_integrity(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:
     """`WORKDIR /app` + `COPY . .` of a repo with an `einops.py`: the smoke test runs in its own
@@ -96,12 +96,17 @@ def test_a_locked_module_in_a_derived_images_workdir_fails_integrity(
         "RUN mkdir -p /app/numpy && echo 'x = 1' > /app/einops.py && echo 'import einops' > /app/train.py",
         "WORKDIR /app",
         "ENV LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libm.so.6",  # as a jemalloc preload would be
+        # a copy of a library torch ships, where the dynamic loader looks before torch's RUNPATH
+        "RUN mkdir /evil && cp /opt/venv/lib/python3.11/site-packages/torch/lib/libc10.so /evil/",
+        "ENV LD_LIBRARY_PATH=/evil",
     )
     integrity = _check(report, "integrity")
     assert report["failed"] == ["integrity"], host.summary(report)  # a preload alone fails nothing
     assert integrity["facts"]["preload"] == "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libm.so.6"
     assert "einops (einops) from /app/einops.py (the image's WORKDIR /app)" in integrity["reason"]
     assert "numpy" not in integrity["reason"] and "WORKDIR" in integrity["remedy"]
+    assert "libc10.so from /evil/libc10.so (LD_LIBRARY_PATH=/evil comes first)" in integrity["reason"]
+    assert "take those folders off LD_LIBRARY_PATH" in integrity["remedy"]
 
 
 def test_smoke_name_tests_the_image_its_tag_points_at(

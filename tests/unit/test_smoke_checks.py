@@ -4,6 +4,7 @@ find missing, how they word it, which datasheet row a GPU gets, how a project sc
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -481,15 +482,15 @@ def test_a_locked_package_imported_from_outside_the_environment_fails_the_integr
 
     # filelock: installed in the interpreter running the tests, so its distribution is found
     ctx = _ctx(expect={"packages": {"filelock": "1", "numpy": "2"}})
-    assert integrity._shadowed(ctx) == []
+    assert integrity._shadowed(ctx) == ([], [])
     shadow = tmp_path / "evil" / "filelock"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "evil"))
     monkeypatch.delitem(sys.modules, "filelock", raising=False)  # an import still to come
-    assert integrity._shadowed(ctx) == [f"filelock (filelock) from {shadow / '__init__.py'}"]
+    assert integrity._shadowed(ctx) == ([f"filelock (filelock) from {shadow / '__init__.py'}"], [])
     # a distribution the lock does not pin (a derived image's editable install) may live anywhere
-    assert integrity._shadowed(_ctx(expect={"packages": {"numpy": "2"}})) == []
+    assert integrity._shadowed(_ctx(expect={"packages": {"numpy": "2"}})) == ([], [])
 
 
 def test_the_report_on_stdout_survives_what_else_prints_there(tmp_path: Path) -> None:
@@ -618,3 +619,20 @@ def test_a_standard_library_moved_by_pythonhome_fails_even_with_pins(
     assert failed.value.remedy.startswith("unset PYTHONHOME")
     built["interpreter"] = manifest.interpreter(str(tmp_path / "venv"))  # the folder and files recorded
     assert integrity._base_python(built, str(tmp_path / "venv"), _ctx(expect={}, lock_match="exact"), Result("x")) == []
+
+
+def test_a_library_a_locked_wheel_ships_loaded_from_another_folder_is_named() -> None:
+    """LD_LIBRARY_PATH beats torch's RUNPATH: a copy of libc10.so (or a CUDA toolkit's libcudnn)
+    there is what runs. Read from this process's real /proc/self/maps, with libc standing in for a
+    library a wheel ships."""
+    from envbuild.smoke.inside import integrity
+
+    with open("/proc/self/maps", encoding="utf-8") as fh:
+        libc = next(line.split()[-1] for line in fh if line.rstrip().endswith("/libc.so.6"))
+    folder = os.path.dirname(os.path.realpath(libc))
+    shipped = {"/opt/venv/lib/libc.so.6"}
+    assert integrity._libraries_elsewhere(shipped, {"/opt/venv/lib"}, torch=False) == [f"libc.so.6 from {libc}"]
+    assert integrity._libraries_elsewhere(shipped, {folder}, torch=False) == []  # where the wheel has it
+    # a wheel's file that links to it (a conda env's torch/lib into its lib/): the same file, no copy
+    assert integrity._libraries_elsewhere({os.path.realpath(libc)}, {"/opt/venv/lib"}, torch=False) == []
+    assert integrity._libraries_elsewhere({"/opt/venv/lib/libother.so"}, {"/opt/venv/lib"}, torch=False) == []

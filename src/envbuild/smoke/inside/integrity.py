@@ -4,6 +4,7 @@ and is named with the distribution it belongs to."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import json
@@ -71,7 +72,7 @@ def _top_level(dist: metadata.Distribution) -> set[str]:
     return names
 
 
-def _shadowed(ctx: Context) -> list[str]:
+def _shadowed(ctx: Context) -> tuple[list[str], list[str]]:
     """Locked packages that import from somewhere else than the environment: a PYTHONPATH (a
     derived image's ENV, `-e` at run time) or a sys.path hook puts another copy first, and every
     other check would then have tested that copy, whose files the manifest does not cover."""
@@ -89,10 +90,12 @@ def _shadowed(ctx: Context) -> list[str]:
     here = os.path.realpath(os.getcwd())
     here_first = ctx.local and here in {os.path.realpath(p or ".") for p in sys.path[:1]}
     found: list[str] = []
+    libraries: set[str] = set()
     for dist in metadata.distributions(path=sorted(homes)):
         name = _canon(dist.metadata["Name"] or "?")
         if name not in locked:
             continue  # a derived image's own (an editable install, say) may live where it likes
+        libraries.update(os.path.realpath(str(dist.locate_file(f))) for f in dist.files or [] if ".so" in f.name)
         for module in sorted(_top_level(dist)):
             where = _origin(module, None)
             if where and not _inside(where, ours):
@@ -102,7 +105,32 @@ def _shadowed(ctx: Context) -> list[str]:
                 where = _origin(module, [workdir])
                 if where:
                     found.append(f"{module} ({name}) from {where} (the image's WORKDIR {workdir})")
-    return found
+    return found, _libraries_elsewhere(libraries, homes, "torch" in locked)
+
+
+def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> list[str]:
+    """Shared libraries a locked wheel ships (`shipped`: their resolved paths) that this process
+    mapped from another folder: an LD_LIBRARY_PATH (a CUDA toolkit's lib64, a derived image's ENV)
+    beats torch's RUNPATH, so a libc10.so or libcudnn.so.9 there is what runs. Read after torch's
+    import, which loads its own."""
+    if torch:  # versions names an unimportable torch; here only what did load counts
+        with contextlib.suppress(Exception):
+            import torch as _  # noqa: F401
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as fh:
+            mapped = {line.split(maxsplit=5)[5].strip() for line in fh if line.count(" ") >= 5 and "/" in line}
+    except OSError:
+        return []  # not Linux: nothing to read
+    # by name, each file resolved: a conda env's torch/lib links into its lib/, which is no copy
+    names = {os.path.basename(p) for p in shipped}
+    return sorted(
+        f"{os.path.basename(path)} from {path}"
+        for path in mapped
+        if path.startswith("/")
+        and os.path.basename(path) in names
+        and os.path.realpath(path) not in shipped
+        and not _inside(os.path.realpath(path), homes)
+    )
 
 
 def _origin(module: str, path: list[str] | None) -> str:
@@ -127,26 +155,37 @@ def _inside(where: str, homes: set[str]) -> bool:
 
 
 def _fail_if_shadowed(ctx: Context) -> None:
-    shadowed = _shadowed(ctx)
-    if not shadowed:
+    modules, libraries = _shadowed(ctx)
+    if not (modules or libraries):
         return
     own = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the smoke test's
     path = os.pathsep.join(
         p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != own
     )
-    where = "PYTHONPATH" if ctx.local else "PYTHONPATH (an ENV in a derived image's Dockerfile, or -e at run time)"
-    fix = f"take those folders off {where} or out of sys.path"
-    if any("(the image's WORKDIR " in s for s in shadowed):
-        fix = "rename those files or folders in the image's WORKDIR (or move them to a package folder), " + fix
-    if any("(the current folder " in s for s in shadowed):
-        fix = "rename those files or folders in the current folder, or run from another one; " + fix
-    raise CheckFailed(
-        "locked packages are imported from outside the environment: "
-        + "; ".join(shadowed[:SHOWN])
-        + (", ..." if len(shadowed) > SHOWN else "")
-        + (f" (PYTHONPATH={path} comes first)" if path else ""),
-        f"{fix}: the tested environment must be the one that is imported",
-    )
+    library_path = os.environ.get("LD_LIBRARY_PATH", "")
+    where = "" if ctx.local else " (an ENV in a derived image's Dockerfile, or -e at run time)"
+    problems, fixes = [], []
+    if modules:
+        problems.append(
+            "locked packages are imported from outside the environment: "
+            + "; ".join(modules[:SHOWN])
+            + (", ..." if len(modules) > SHOWN else "")
+            + (f" (PYTHONPATH={path} comes first)" if path else "")
+        )
+        if any("(the current folder " in m for m in modules):
+            fixes.append("rename those files or folders in the current folder, or run from another one")
+        if any("(the image's WORKDIR " in m for m in modules):
+            fixes.append("rename those files or folders in the image's WORKDIR (or move them to a package folder)")
+        fixes.append(f"take those folders off PYTHONPATH{where} or out of sys.path")
+    if libraries:
+        problems.append(
+            "libraries the locked wheels ship are loaded from outside the environment: "
+            + "; ".join(libraries[:SHOWN])
+            + (", ..." if len(libraries) > SHOWN else "")
+            + (f" (LD_LIBRARY_PATH={library_path} comes first)" if library_path else "")
+        )
+        fixes.append(f"take those folders off LD_LIBRARY_PATH or LD_PRELOAD{where}")
+    raise CheckFailed("; ".join(problems), "; ".join(fixes) + ": the tested environment must be the one that runs")
 
 
 def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -> list[str]:
