@@ -109,6 +109,24 @@ def test_a_module_in_a_derived_images_workdir_or_a_library_on_ld_library_path_fa
     assert "take those folders off LD_LIBRARY_PATH" in integrity["remedy"]
 
 
+def test_a_patched_copy_of_the_environment_first_on_path_fails_integrity(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """Every check runs in the `python` on the image's PATH: a patched copy of /opt/venv put first
+    there passed them all, the manifest vouching for the untouched original."""
+    site = "lib/python3.11/site-packages"
+    report = _smoke_as_root_changed(
+        docker_client,
+        built_cpu["image_id"],
+        f"RUN cp -a /opt/venv /alt && echo 'patched = True' >> /alt/{site}/einops/__init__.py",
+        "ENV PATH=/alt/bin:$PATH",
+    )
+    integrity = _check(report, "integrity")
+    assert report["failed"] == ["integrity"], host.summary(report)
+    assert "`python` here is /alt/bin/python (prefix /alt), not the environment's: /opt/venv" in integrity["reason"]
+    assert integrity["remedy"].startswith("put /opt/venv/bin first on PATH")
+
+
 def test_smoke_name_tests_the_image_its_tag_points_at(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:

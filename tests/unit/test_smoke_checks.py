@@ -261,8 +261,9 @@ def _small_stdlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return stdlib
 
 
-def _image_like(tmp_path: Path) -> tuple[Path, Path]:
-    """An /opt/envbuild and an /opt/venv in miniature, with the manifest the build step writes."""
+def _image_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[Path, Path]:
+    """An /opt/envbuild and an /opt/venv in miniature, with the manifest the build step writes;
+    given monkeypatch, this Python passes for the miniature's own, as the image's runs the checks."""
     from envbuild.smoke.inside import manifest
 
     venv = tmp_path / "venv"
@@ -274,6 +275,8 @@ def _image_like(tmp_path: Path) -> tuple[Path, Path]:
     folder.mkdir()
     (folder / "expect.json").write_text("{}")
     assert manifest.main(["--root", str(venv), "--write", str(folder / "manifest.json")]) == 0
+    if monkeypatch is not None:
+        monkeypatch.setattr(sys, "prefix", str(venv))
     return venv, folder
 
 
@@ -323,10 +326,12 @@ def test_a_manifest_merged_from_layer_parts_equals_one_hashed_whole(tmp_path: Pa
     assert (tmp_path / "out" / "env-digest").read_text().strip() == manifest.digest(manifest.build(str(venv)))
 
 
-def test_the_integrity_check_names_changed_added_and_removed_files(tmp_path: Path) -> None:
+def test_the_integrity_check_names_changed_added_and_removed_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from envbuild.smoke.inside import integrity
 
-    venv, folder = _image_like(tmp_path)
+    venv, folder = _image_like(tmp_path, monkeypatch)
     ctx = _ctx(expect_path=str(folder / "expect.json"))
     r = Result("integrity")
     integrity.check_integrity(ctx, r)
@@ -350,7 +355,7 @@ def test_a_change_to_the_base_python_s_standard_library_fails_the_integrity_chec
     (--lock-match pins, with the OS packages changed) is listed, not failed."""
     from envbuild.smoke.inside import integrity
 
-    _, folder = _image_like(tmp_path)
+    _, folder = _image_like(tmp_path, monkeypatch)
     written = json.loads((folder / "manifest.json").read_text())
     assert sorted(written["interpreter"]["files"]) == ["__pycache__/os.cpython-311.pyc", "os.py", "sitecustomize.py"]
     ctx = _ctx(expect_path=str(folder / "expect.json"))
@@ -432,7 +437,7 @@ def test_a_derived_image_s_added_distribution_fails_exact_with_the_pins_hint_and
     without that hint: it is not what a derived image looks like."""
     from envbuild.smoke.inside import integrity
 
-    venv, folder = _image_like(tmp_path)
+    venv, folder = _image_like(tmp_path, monkeypatch)
     added = venv / "lib" / "site-packages" / "requests.py"
     added.write_text("")
     owners = {"lib/site-packages/requests.py": "requests", "lib/site-packages/numpy/__init__.py": "numpy"}
@@ -636,3 +641,21 @@ def test_a_library_a_locked_wheel_ships_loaded_from_another_folder_is_named() ->
     # a wheel's file that links to it (a conda env's torch/lib into its lib/): the same file, no copy
     assert integrity._libraries_elsewhere({os.path.realpath(libc)}, {"/opt/venv/lib"}, torch=False) == []
     assert integrity._libraries_elsewhere({"/opt/venv/lib/libother.so"}, {"/opt/venv/lib"}, torch=False) == []
+
+
+def test_a_copy_of_the_environment_first_on_path_fails_integrity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cp -a /opt/venv /alt`, a patched file in /alt, `ENV PATH=/alt/bin:$PATH`: every check ran in
+    /alt's Python and passed, the manifest still vouching for the untouched /opt/venv."""
+    from envbuild.smoke.inside import integrity
+
+    venv, folder = _image_like(tmp_path, monkeypatch)
+    ctx = _ctx(expect_path=str(folder / "expect.json"))
+    integrity.check_integrity(ctx, Result("integrity"))
+    monkeypatch.setattr(sys, "prefix", "/alt")
+    monkeypatch.setenv("PATH", "/alt/bin:/usr/bin")
+    with pytest.raises(CheckFailed) as failed:
+        integrity.check_integrity(ctx, Result("integrity"))
+    assert f"(prefix /alt), not the environment's: {venv} (PATH=/alt/bin:/usr/bin)" in failed.value.reason
+    assert failed.value.remedy.startswith(f"put {venv}/bin first on PATH")

@@ -263,6 +263,15 @@ def check_integrity(ctx: Context, r: Result) -> None:
             ctx.environment_remedy(),
         )
     root = str(manifest["root"])
+    if os.path.realpath(sys.prefix) != os.path.realpath(root):
+        # every check ran in this interpreter: a copy of the environment (patched or not) first on
+        # a derived image's PATH would pass them all while the manifest vouches for another folder
+        raise CheckFailed(
+            f"`python` here is {sys.executable} (prefix {sys.prefix}), not the environment's: {root} "
+            f"(PATH={os.environ.get('PATH', '')})",
+            f"put {root}/bin first on PATH (an ENV PATH in a derived image's Dockerfile, or -e at run time, "
+            "puts another Python first): the tested environment must be the one that runs",
+        )
     recorded: dict[str, list[Any]] = manifest["files"]
     current = scan(root)
     r.facts["files"] = len(current)
