@@ -51,6 +51,14 @@ def _smoke_as_root_changed(cli: Any, base: str, *lines: str) -> dict[str, Any]:
         cli.images.remove(image.id, force=True, noprune=True)
 
 
+def _only_integrity_fails(cli: Any, base: str, *lines: str) -> dict[str, Any]:
+    """The integrity check of such an image, which must be the one check that failed."""
+    report = _smoke_as_root_changed(cli, base, *lines)
+    integrity = _check(report, "integrity")
+    assert integrity["status"] == "fail" and report["failed"] == ["integrity"], host.summary(report)
+    return integrity
+
+
 def test_numpy_that_differs_from_the_lockfile_fails_versions(docker_client: Any, built_cpu: dict[str, Any]) -> None:
     report = _smoke_as_root_changed(
         docker_client,
@@ -72,14 +80,12 @@ def test_a_locked_package_shadowed_on_pythonpath_fails_integrity_and_a_banner_sp
     runs, and the manifest only covers /opt/venv, so every check passed. A sitecustomize on that
     path printing a banner also made the run "crash (exit 0) before its report"."""
     site = "/opt/venv/lib/python3.11/site-packages"
-    report = _smoke_as_root_changed(
+    integrity = _only_integrity_fails(
         docker_client,
         built_cpu["image_id"],
         f"RUN mkdir /evil && cp -r {site}/einops /evil/ && echo 'print(\"welcome\")' > /evil/sitecustomize.py",
         "ENV PYTHONPATH=/evil",
     )
-    integrity = _check(report, "integrity")
-    assert integrity["status"] == "fail" and report["failed"] == ["integrity"], host.summary(report)
     assert "einops (einops) from /evil/einops/__init__.py" in integrity["reason"]
     assert "PYTHONPATH=/evil comes first" in integrity["reason"] and "PYTHONPATH" in integrity["remedy"]
 
@@ -90,7 +96,7 @@ def test_a_module_in_a_derived_images_workdir_or_a_library_on_ld_library_path_fa
     """`WORKDIR /app` + `COPY . .` of a repo with an `einops.py`: the smoke test runs in its own
     folder and passed, while `python train.py` in /app imports that file. A `numpy/` data folder
     (no __init__.py) is no package and must not count."""
-    report = _smoke_as_root_changed(
+    integrity = _only_integrity_fails(  # a preload alone fails nothing
         docker_client,
         built_cpu["image_id"],
         "RUN mkdir -p /app/numpy && echo 'x = 1' > /app/einops.py && echo 'import einops' > /app/train.py",
@@ -100,8 +106,6 @@ def test_a_module_in_a_derived_images_workdir_or_a_library_on_ld_library_path_fa
         "RUN mkdir /evil && cp /opt/venv/lib/python3.11/site-packages/torch/lib/libc10.so /evil/",
         "ENV LD_LIBRARY_PATH=/evil",
     )
-    integrity = _check(report, "integrity")
-    assert report["failed"] == ["integrity"], host.summary(report)  # a preload alone fails nothing
     assert integrity["facts"]["preload"] == "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libm.so.6"
     assert "einops (einops) from /app/einops.py (the image's WORKDIR /app)" in integrity["reason"]
     assert "numpy" not in integrity["reason"] and "WORKDIR" in integrity["remedy"]
@@ -115,14 +119,12 @@ def test_a_patched_copy_of_the_environment_first_on_path_fails_integrity(
     """Every check runs in the `python` on the image's PATH: a patched copy of /opt/venv put first
     there passed them all, the manifest vouching for the untouched original."""
     site = "lib/python3.11/site-packages"
-    report = _smoke_as_root_changed(
+    integrity = _only_integrity_fails(
         docker_client,
         built_cpu["image_id"],
         f"RUN cp -a /opt/venv /alt && echo 'patched = True' >> /alt/{site}/einops/__init__.py",
         "ENV PATH=/alt/bin:$PATH",
     )
-    integrity = _check(report, "integrity")
-    assert report["failed"] == ["integrity"], host.summary(report)
     assert "`python` here is /alt/bin/python (prefix /alt), not the environment's: /opt/venv" in integrity["reason"]
     assert integrity["remedy"].startswith("put /opt/venv/bin first on PATH")
 

@@ -154,6 +154,11 @@ def _inside(where: str, homes: set[str]) -> bool:
     return any(where == h or where.startswith(h + os.sep) for h in homes)
 
 
+def _outside(what: str, found: list[str], variable: str, value: str) -> str:
+    listed = "; ".join(found[:SHOWN]) + (", ..." if len(found) > SHOWN else "")
+    return f"{what} from outside the environment: {listed}" + (f" ({variable}={value} comes first)" if value else "")
+
+
 def _fail_if_shadowed(ctx: Context) -> None:
     modules, libraries = _shadowed(ctx)
     if not (modules or libraries):
@@ -166,12 +171,7 @@ def _fail_if_shadowed(ctx: Context) -> None:
     where = "" if ctx.local else " (an ENV in a derived image's Dockerfile, or -e at run time)"
     problems, fixes = [], []
     if modules:
-        problems.append(
-            "locked packages are imported from outside the environment: "
-            + "; ".join(modules[:SHOWN])
-            + (", ..." if len(modules) > SHOWN else "")
-            + (f" (PYTHONPATH={path} comes first)" if path else "")
-        )
+        problems.append(_outside("locked packages are imported", modules, "PYTHONPATH", path))
         if any("(the current folder " in m for m in modules):
             fixes.append("rename those files or folders in the current folder, or run from another one")
         if any("(the image's WORKDIR " in m for m in modules):
@@ -179,10 +179,7 @@ def _fail_if_shadowed(ctx: Context) -> None:
         fixes.append(f"take those folders off PYTHONPATH{where} or out of sys.path")
     if libraries:
         problems.append(
-            "libraries the locked wheels ship are loaded from outside the environment: "
-            + "; ".join(libraries[:SHOWN])
-            + (", ..." if len(libraries) > SHOWN else "")
-            + (f" (LD_LIBRARY_PATH={library_path} comes first)" if library_path else "")
+            _outside("libraries the locked wheels ship are loaded", libraries, "LD_LIBRARY_PATH", library_path)
         )
         fixes.append(f"take those folders off LD_LIBRARY_PATH or LD_PRELOAD{where}")
     raise CheckFailed("; ".join(problems), "; ".join(fixes) + ": the tested environment must be the one that runs")
