@@ -531,3 +531,26 @@ def test_upgrade_package_that_the_lock_does_not_have_is_refused(cli: Cli, projec
     res = cli("lock", "cpu-py311", "-P", "nmupy", "--dry-run", "--project", str(project))
     assert res.code == 2 and "-P nmupy: not in cpu-py311's lockfile" in res.err
     assert "did you mean -P numpy?" in res.err
+
+
+def test_a_lock_still_resolving_says_so_in_a_log(cli: Cli, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a live table (CI), a stalled index made `lock` silent for the minutes uv retries."""
+    import time
+
+    from envbuild import lock as lk
+    from envbuild.cli import locking
+    from envbuild.lockopts import LockOutcome
+
+    def slow(proj: object, names: list[str], opts: object, jobs: int, events: Callable[..., None]) -> list[object]:
+        events("cpu-py311", "resolving", "venv: x86_64")
+        time.sleep(0.5)
+        events("cpu-py311", "locked", "done")
+        time.sleep(0.3)  # no beat for a profile that is done
+        return [LockOutcome("cpu-py311", "locked", "done", 0.8)]
+
+    monkeypatch.setattr(locking, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(lk, "lock_many", slow)
+    res = cli("lock", "cpu-py311", "--project", str(project))
+    assert res.code == 0, res.err
+    beats = [line for line in res.err.splitlines() if line.startswith("cpu-py311: still resolving (")]
+    assert 1 <= len(beats) <= 2, res.err

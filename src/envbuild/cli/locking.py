@@ -178,7 +178,7 @@ def _with_progress(names: list[str], work: Any) -> Any:
 
     console = output.err()
     if not console.is_terminal:
-        return work(events)
+        return _with_heartbeat(states, lock_, started, console, lambda: work(events))
     from rich.live import Live
 
     def view() -> Any:
@@ -188,6 +188,33 @@ def _with_progress(names: list[str], work: Any) -> Any:
 
     with Live(view(), console=console, refresh_per_second=4, get_renderable=view):
         return work(events)
+
+
+HEARTBEAT_S = 30.0
+
+
+def _with_heartbeat(states: dict[str, tuple[str, str]], lock_: Any, started: float, console: Any, work: Any) -> Any:
+    """Without a live table (a CI log), a line every HEARTBEAT_S for each profile still resolving:
+    a stalled index (uv retries for minutes) otherwise looks like a hung job."""
+    import threading
+    import time as _time
+
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            with lock_:
+                busy = [n for n, (state, _) in states.items() if state == "resolving"]
+            for name in busy:
+                console.print(f"{name}: still resolving ({_time.monotonic() - started:.0f}s)")
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    try:
+        return work()
+    finally:
+        stop.set()
+        beater.join()
 
 
 @app.command()
