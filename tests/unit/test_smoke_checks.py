@@ -487,15 +487,18 @@ def test_a_locked_package_imported_from_outside_the_environment_fails_the_integr
 
     # filelock: installed in the interpreter running the tests, so its distribution is found
     ctx = _ctx(expect={"packages": {"filelock": "1", "numpy": "2"}})
-    assert integrity._shadowed(ctx) == ([], [])
+    found = integrity._shadowed(ctx)
+    assert (found.modules, found.libraries) == ([], [])
     shadow = tmp_path / "evil" / "filelock"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "evil"))
     monkeypatch.delitem(sys.modules, "filelock", raising=False)  # an import still to come
-    assert integrity._shadowed(ctx) == ([f"filelock (filelock) from {shadow / '__init__.py'}"], [])
+    found = integrity._shadowed(ctx)
+    assert (found.modules, found.libraries) == ([f"filelock (filelock) from {shadow / '__init__.py'}"], [])
     # a distribution the lock does not pin (a derived image's editable install) may live anywhere
-    assert integrity._shadowed(_ctx(expect={"packages": {"numpy": "2"}})) == ([], [])
+    found = integrity._shadowed(_ctx(expect={"packages": {"numpy": "2"}}))
+    assert (found.modules, found.libraries) == ([], [])
 
 
 def test_the_report_on_stdout_survives_what_else_prints_there(tmp_path: Path) -> None:

@@ -79,6 +79,12 @@ def settings(
     return command, kwargs
 
 
+def smoke_first(own: str, theirs: str) -> str:
+    """A PYTHONPATH with the smoke package's folder first, then the one the environment had: what
+    that puts first is part of the environment under test (integrity fails a shadowed locked package)."""
+    return own + (f":{theirs}" if theirs else "")
+
+
 def with_host_smoke(inspected: dict[str, Any]) -> dict[str, Any]:
     """What makes the container run this envbuild's smoke test, not the image's copy of it.
 
@@ -101,7 +107,7 @@ def with_host_smoke(inspected: dict[str, Any]) -> dict[str, Any]:
         # image's WORKDIR is not what runs
         "working_dir": HOST_SMOKE_DIR,
         "environment": {
-            "PYTHONPATH": HOST_SMOKE_DIR + (f":{theirs}" if theirs else ""),
+            "PYTHONPATH": smoke_first(HOST_SMOKE_DIR, theirs),
             "PYTHONDONTWRITEBYTECODE": "1",
             **workdir,
         },

@@ -212,8 +212,6 @@ def run_local(
             "--local",
             *(["--min-peak", str(min_peak)] if min_peak is not None else []),
         ]
-        theirs = os.environ.get("PYTHONPATH", "")
-        pythonpath = str(package.parent) + (os.pathsep + theirs if theirs else "")
         try:
             # its own session: the DDP ranks and their forkserver are in that process group, so a
             # timeout or an interrupt stops all of them, not just the parent
@@ -224,9 +222,12 @@ def run_local(
                 text=True,
                 # TMPDIR: multiprocessing's forkserver keeps its socket in a pymp-* folder that only
                 # a clean exit removes; inside this run's folder an interrupted run leaves none
-                # the caller's PYTHONPATH stays (after the smoke package): it is part of the
-                # environment under test, and integrity fails a locked package it shadows
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": tmp, "PYTHONPATH": pythonpath},
+                env={
+                    **os.environ,
+                    "PYTHONUNBUFFERED": "1",
+                    "TMPDIR": tmp,
+                    "PYTHONPATH": smoke_container.smoke_first(str(package.parent), os.environ.get("PYTHONPATH", "")),
+                },
                 start_new_session=True,
             )
         except OSError as exc:

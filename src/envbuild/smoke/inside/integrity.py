@@ -12,7 +12,7 @@ import os
 import sys
 import sysconfig
 from importlib import metadata
-from typing import Any
+from typing import Any, NamedTuple
 
 from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon
 from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
@@ -72,7 +72,14 @@ def _top_level(dist: metadata.Distribution) -> set[str]:
     return names
 
 
-def _shadowed(ctx: Context) -> tuple[list[str], list[str]]:
+class Shadowed(NamedTuple):
+    modules: list[str]  # "MODULE (DIST) from PATH[ (why)]"
+    libraries: list[str]  # "NAME from PATH"
+    in_cwd: bool  # some module comes from the caller's folder (--local)
+    in_workdir: bool  # some module comes from the image's WORKDIR
+
+
+def _shadowed(ctx: Context) -> Shadowed:
     """Locked packages that import from somewhere else than the environment: a PYTHONPATH (a
     derived image's ENV, `-e` at run time) or a sys.path hook puts another copy first, and every
     other check would then have tested that copy, whose files the manifest does not cover."""
@@ -86,10 +93,13 @@ def _shadowed(ctx: Context) -> tuple[list[str], list[str]]:
     # there put it first on sys.path, so a `numpy.py` or a vendored `einops/` in it is what a
     # user's code imports (the host passes it; an image without one starts in /, left out)
     workdir = os.environ.get(WORKDIR_ENV, "")
+    if workdir and _inside(os.path.realpath(workdir), ours):
+        workdir = ""  # already on the path the check above follows
     # `--local` runs with -m in the caller's folder, which Python puts first as a script would
     here = os.path.realpath(os.getcwd())
     here_first = ctx.local and here in {os.path.realpath(p or ".") for p in sys.path[:1]}
     found: list[str] = []
+    in_cwd = in_workdir = False
     libraries: set[str] = set()
     for dist in metadata.distributions(path=sorted(homes)):
         name = _canon(dist.metadata["Name"] or "?")
@@ -99,13 +109,13 @@ def _shadowed(ctx: Context) -> tuple[list[str], list[str]]:
         for module in sorted(_top_level(dist)):
             where = _origin(module, None)
             if where and not _inside(where, ours):
-                why = f" (the current folder {here})" if here_first and _inside(where, {here}) else ""
-                found.append(f"{module} ({name}) from {where}{why}")
-            elif workdir and not _inside(os.path.realpath(workdir), ours):
-                where = _origin(module, [workdir])
-                if where:
-                    found.append(f"{module} ({name}) from {where} (the image's WORKDIR {workdir})")
-    return found, _libraries_elsewhere(libraries, homes, "torch" in locked)
+                cwd = here_first and _inside(where, {here})
+                in_cwd |= cwd
+                found.append(f"{module} ({name}) from {where}" + (f" (the current folder {here})" if cwd else ""))
+            elif workdir and (where := _origin(module, [workdir])):
+                in_workdir = True
+                found.append(f"{module} ({name}) from {where} (the image's WORKDIR {workdir})")
+    return Shadowed(found, _libraries_elsewhere(libraries, homes, "torch" in locked), in_cwd, in_workdir)
 
 
 def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> list[str]:
@@ -160,7 +170,8 @@ def _outside(what: str, found: list[str], variable: str, value: str) -> str:
 
 
 def _fail_if_shadowed(ctx: Context) -> None:
-    modules, libraries = _shadowed(ctx)
+    shadowed = _shadowed(ctx)
+    modules, libraries = shadowed.modules, shadowed.libraries
     if not (modules or libraries):
         return
     own = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the smoke test's
@@ -172,9 +183,9 @@ def _fail_if_shadowed(ctx: Context) -> None:
     problems, fixes = [], []
     if modules:
         problems.append(_outside("locked packages are imported", modules, "PYTHONPATH", path))
-        if any("(the current folder " in m for m in modules):
+        if shadowed.in_cwd:
             fixes.append("rename those files or folders in the current folder, or run from another one")
-        if any("(the image's WORKDIR " in m for m in modules):
+        if shadowed.in_workdir:
             fixes.append("rename those files or folders in the image's WORKDIR (or move them to a package folder)")
         fixes.append(f"take those folders off PYTHONPATH{where} or out of sys.path")
     if libraries:
