@@ -25,6 +25,9 @@ def main() -> None:
     # exit; letting the cycle collector walk them again and again while they are being created
     # costs ~40 ms of every invocation. Freeze them instead and collect normally from then on.
     gc.disable()
+    from envbuild import lockahead
+
+    lockahead.start(sys.argv[1:])  # a re-lock's resolve runs while the CLI below loads
     from envbuild import cli
 
     cli.prepare()

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from envbuild import aptresolve, conda, freshness, lockfile, proc, validate, venvlock
+from envbuild import freshness, lockfile, proc, validate, venvlock
 from envbuild import plan as plan_mod
 from envbuild.errors import BaseImageError, EngineUnavailable, EnvbuildError, StaleLock, UsageError
 from envbuild.lockopts import LockOptions, LockOutcome
@@ -63,6 +63,8 @@ def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents 
                     say(name, "note", note)
                 say(name, "resolving", f"{prof.flavor}: {', '.join(plan.platforms)}")
                 if prof.flavor == "conda":
+                    from envbuild import conda  # asyncio and the solvers: only a conda lock pays for them
+
                     outcome = conda.lock(project, plan, opts)
                 else:
                     outcome = venvlock.lock(project, plan, opts, found)
@@ -91,6 +93,8 @@ def _lock_apt(
     """apt.lock after the Python lockfiles. An engine or base that cannot be had here leaves it
     unwritten with a note (the Python lockfiles stand on their own; `build` says the OS packages
     float); apt refusing the packages is a failed lock."""
+    from envbuild import aptresolve  # the engine's client: `--no-apt` and venv re-locks go without it
+
     say("resolving", f"OS packages on {plan.base.image}")
     try:
         message, count = aptresolve.lock(project, plan, dry_run=opts.dry_run)

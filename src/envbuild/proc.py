@@ -90,6 +90,21 @@ def run(
         raise error(f"{shown} ({argv[0]}) cannot be run: {exc.strerror}", hint="check its file permissions") from exc
     except OSError as exc:
         raise error(f"{shown} could not be started: {exc}") from exc
+    return wait(child, stdin, error=error, timeout=timeout, what=shown, timeout_hint=timeout_hint)
+
+
+def wait(
+    child: subprocess.Popen[str],
+    stdin: str | None = None,
+    *,
+    error: type[E],
+    timeout: float,
+    what: str,
+    timeout_hint: str = "",
+) -> subprocess.CompletedProcess[str]:
+    """`run`'s second half, for a program started elsewhere (text pipes, a session of its own):
+    from here on an interrupt or the time-out stops it as it stops any program `run` started."""
+    argv = child.args if isinstance(child.args, list) else [str(child.args)]
     with _guard:
         _running.add(child)
         late = _cancelled.is_set()  # the interrupt came while it was starting
@@ -100,7 +115,7 @@ def run(
         out, err = child.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise error(
-            f"{shown} did not finish within {timeout:.0f} s and was stopped",
+            f"{what} did not finish within {timeout:.0f} s and was stopped",
             hint=timeout_hint or "try again; if it keeps stalling, check the network path to the indexes",
         ) from exc
     finally:
@@ -111,7 +126,7 @@ def run(
                 os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     check_cancelled()  # stopped by an interrupt: its output is not an answer
-    return subprocess.CompletedProcess(list(argv), child.returncode, out, err)
+    return subprocess.CompletedProcess([str(a) for a in argv], child.returncode, out, err)
 
 
 def run_ok(argv: Sequence[str], *, timeout: float, cwd: Path | None = None) -> str | None:

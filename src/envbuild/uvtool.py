@@ -7,28 +7,16 @@ missing uv, a stalled index or a failed resolution reads the same everywhere.
 from __future__ import annotations
 
 import os
-import shutil
-import sys
-import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from envbuild import fetchfail, proc
+from envbuild import fetchfail, lockahead, proc
 from envbuild.errors import EnvbuildError, LockError
 from envbuild.names import PLATFORM_TAGS, PYPI_SIMPLE
 
 E = TypeVar("E", bound=EnvbuildError)
 
-# UV_* settings of the caller's shell would silently change what gets locked.
-_ENV_KEEP = {
-    "UV_CACHE_DIR",
-    "UV_NATIVE_TLS",
-    "UV_HTTP_TIMEOUT",
-    "UV_HTTP_RETRIES",
-    "UV_OFFLINE",
-    "UV_INSECURE_HOST",
-}
 # What a user changes when an index is out of reach (fetchfail names the host and the cause).
 LOCK_ROUTE = (
     "point `torch_index:` (the PyTorch index) or `index_url:` (PyPI) at a mirror this machine reaches, "
@@ -39,20 +27,9 @@ TIMEOUT_ENV = "ENVBUILD_UV_TIMEOUT"
 DEFAULT_TIMEOUT_S = 1800.0
 
 
-def binary() -> str:
-    """ENVBUILD_UV when set (a uv of the user's choosing), else the uv that came with envbuild (the
-    `uv` package), else one on PATH."""
-    if os.environ.get("ENVBUILD_UV"):
-        return os.environ["ENVBUILD_UV"]
-    candidate = Path(sysconfig.get_path("scripts")) / "uv"
-    if candidate.is_file():
-        return str(candidate)
-    found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
-    return found or "uv"  # proc.run names it as missing, with the fix
-
-
-def environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in _ENV_KEEP}
+# Both are worked out in lockahead, which starts a re-lock's uv call before this module loads.
+binary = lockahead.uv_binary
+environment = lockahead.uv_environment
 
 
 def timeout_s() -> float:
@@ -91,6 +68,22 @@ def run(
     if done.returncode != 0:
         raise fetchfail.failure(error, what, done.stderr.strip() or done.stdout, route, fallback_hint)
     return done.stdout
+
+
+def ran_early(args: Sequence[str], *, error: type[E], cwd: Path) -> bool:
+    """True when the entry point started this very call (`args` in `cwd`, as its files are now)
+    before the CLI loaded, and it succeeded: what it wrote is then in `cwd`. False: run it now."""
+    early = lockahead.claim(binary(), args, cwd, environment())
+    if early is None:
+        return False
+    try:
+        done = proc.wait(early.child, error=error, timeout=timeout_s(), what="uv")
+    except BaseException:
+        early.deliver(None)
+        raise
+    # A failed early call is run again as usual: that run's failure is the one reported.
+    early.deliver(cwd if done.returncode == 0 else None)
+    return done.returncode == 0
 
 
 def newest_versions(

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from envbuild import lockfile, lockverify, proc, render, uvtool
+from envbuild import lockahead, lockfile, lockverify, proc, render, uvtool
 from envbuild.errors import LockError
 from envbuild.freshness import Freshness, LockSnapshot, lock_dir
 from envbuild.fsutil import atomic_write_many
@@ -131,12 +131,17 @@ def _resolve_platform(
     reqs = list(plan.requirements)
     family = list(plan.torch_family)
     out = work / f"requirements-{platform}.txt"
+    seeds = {}
     if previous is not None and previous.is_file() and not opts.upgrade:
         # uv keeps the pins already in the output file: a re-lock changes only what must change.
         out.write_text(previous.read_text("utf-8"))
+        seeds[out.name] = previous
     pyproject = work / "pyproject.toml"
     pyproject.write_text(_lock_input(plan, reqs, family))
-    _uv(_compile_args(pyproject, out, plan, platform, opts), work)
+    args = _compile_args(pyproject, out, plan, platform, opts)
+    lockahead.remember(args, work, seeds)
+    if not uvtool.ran_early(args, error=LockError, cwd=work):
+        _uv(args, work)
     pins = lockfile.parse_requirements(out.read_text("utf-8"))
     if src.route == "index" and not src.torch_index_flat:
         # The GPU runtime wheels that torch pulls in belong to the torch family too: pin them to

@@ -278,3 +278,45 @@ def test_a_relock_that_changes_nothing_asks_uv_once_and_keeps_pylock(proj: Path,
     assert len(log.read_text().splitlines()) == 2
     assert 'name = "einops"\nversion = "0.8.0"' in (folder / "pylock.toml").read_text()
     assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
+
+
+def test_a_relock_typed_again_resolves_while_the_cli_loads_and_writes_the_same_lockfiles(
+    proj: Path, tmp_path: Path
+) -> None:
+    """`lock NAME --upgrade` run again in the same folder starts last time's uv call before the CLI
+    has loaded, and the lock takes its result only when it is the call it needs: the lockfiles are
+    byte for byte what a run without it writes. A changed profile throws the early call away."""
+    from envbuild import uvtool
+
+    spy = tmp_path / "uv"
+    log = tmp_path / "calls"
+    spy.write_text(f'#!/bin/sh\necho "$PWD $*" >> {log}\nexec {uvtool.binary()} "$@"\n')
+    spy.chmod(0o755)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {"ENVBUILD_UV": str(spy), "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(temp)}
+    relock = ["lock", "cpu-py311", "--upgrade", "--no-apt", "--find-links", WHEELS]
+    folder = proj / "lockfiles" / "cpu-py311"
+
+    def run(*args: str, **extra: str) -> list[str]:
+        if log.exists():
+            log.unlink()
+        done = envbuild(*args, cwd=proj, env={**env, **extra})
+        assert done.returncode == 0, done.stderr
+        assert list(temp.iterdir()) == []  # no folder of an early call left behind
+        return [line.split()[0] for line in log.read_text().splitlines()]
+
+    assert run(*relock, ENVBUILD_LOCK_AHEAD="0")  # the reference: nothing started early
+    reference = {p.name: p.read_bytes() for p in folder.iterdir()}
+    run(*relock)  # the first time in this folder: nothing recorded yet, so it records
+    ran_in = run(*relock)
+    assert len(ran_in) == 1 and Path(ran_in[0]).name.startswith("envbuild-lock-ahead-"), ran_in
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == reference
+    # the profile changed since: the early call is not the one needed; the lock runs its own
+    prof = proj / "profiles" / "cpu-py311.yaml"
+    prof.write_text(prof.read_text().replace("einops==0.8.1", "einops==0.8.0"))
+    ran_in = run(*relock)
+    assert Path(ran_in[0]).name.startswith("envbuild-lock-ahead-")
+    assert not any(Path(d).name.startswith("envbuild-lock-ahead-") for d in ran_in[1:]), ran_in
+    assert 'name = "einops"\nversion = "0.8.0"' in (folder / "pylock.toml").read_text()
+    assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0

@@ -67,6 +67,9 @@ def lock(
     refs.check("--base", base, "image")
     proj = project_at(project)
     chosen = pick_profiles(proj, names, all_, "lock")
+    from envbuild import lockahead
+
+    lockahead.keep_if(len(chosen) == 1 and not check)  # a guess at one profile's resolve
     if check and dry_run:
         raise UsageError("--check and --dry-run do not go together", hint="--check is offline; --dry-run resolves")
     if check and (upgrade or upgrade_package):

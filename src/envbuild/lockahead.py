@@ -1,0 +1,240 @@
+"""The resolve of a re-lock (`envbuild lock NAME --upgrade`, or `-P PKG`), started before the CLI loads.
+
+Python spends ~0.25 s importing the CLI and the libraries the lock path needs (typer, pydantic,
+Jinja, rich) before envbuild can work out which uv call to make, and a warm uv re-lock takes about
+0.3 s: most of what a user waited for was envbuild, not the resolver. A re-lock typed again in the
+same folder with the same arguments almost always makes the same uv call as last time, so the entry
+point starts that call at once, from a record the last such run left, and the imports run beside it.
+
+The record is only a guess of what to start, never an input to a lock: the lock path works out its
+call as it always does and takes the early run's result only when it is that very call (the same
+uv, arguments, environment and input files, byte for byte) and it succeeded. Anything else stops
+the early run and throws it away, so a wrong guess costs a wasted resolve, never a wrong lockfile.
+
+Standard library only, and few of it: it runs before anything else is imported. It is also where
+every uv call's program and environment are worked out (uvtool reads them here), so the early call
+and the lock path's cannot differ by construction. ENVBUILD_LOCK_AHEAD=0 turns it off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+OFF_ENV = "ENVBUILD_LOCK_AHEAD"
+WORK = "{work}"  # the call's own folder, in a record: each run resolves in a new temporary folder
+# UV_* settings of the caller's shell would silently change what gets locked; these only change how.
+UV_ENV_KEEP = frozenset(
+    {"UV_CACHE_DIR", "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_HTTP_RETRIES", "UV_OFFLINE", "UV_INSECURE_HOST"}
+)
+KEEP_RECORDS = 64  # one per folder and command line: the least recently re-locked go first
+_CREDENTIALS = r"://[^/@\s]+@"  # user:token@ in an index URL: never written to a record
+
+
+def uv_binary() -> str:
+    """ENVBUILD_UV when set (a uv of the user's choosing), else the uv that came with envbuild (the
+    `uv` package), else one on PATH. Worked out here, not read from a record: a record names no
+    program to run."""
+    if os.environ.get("ENVBUILD_UV"):
+        return os.environ["ENVBUILD_UV"]
+    import sysconfig
+
+    candidate = Path(sysconfig.get_path("scripts")) / "uv"
+    if candidate.is_file():
+        return str(candidate)
+    import shutil
+    import sys
+
+    found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    return found or "uv"  # proc.run names it as missing, with the fix
+
+
+def uv_environment() -> dict[str, str]:
+    """The environment every uv call of envbuild runs with."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in UV_ENV_KEEP}
+
+
+class Early:
+    """A uv call started by `start`, and what it was started with. (Not a dataclass: importing
+    dataclasses would delay the start by 5 ms.)"""
+
+    def __init__(
+        self,
+        child: subprocess.Popen[str],
+        work: Path,
+        binary: str,
+        args: list[str],
+        env_digest: str,
+        files: dict[str, bytes],
+    ) -> None:
+        self.child, self.work, self.binary = child, work, binary
+        self.args = args  # with the folder as WORK
+        self.env_digest = env_digest
+        self.files = files  # the folder as uv found it
+
+    def deliver(self, work: Path | None) -> None:
+        """Copy what the call wrote into `work` (None: throw it away), then remove its folder."""
+        if work is not None:
+            for path in self.work.iterdir():
+                if path.is_file() and self.files.get(path.name) != path.read_bytes():
+                    (work / path.name).write_bytes(path.read_bytes())
+        _remove(self.work)
+
+    def stop(self) -> None:
+        if self.child.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError):
+            self.child.communicate(timeout=5)
+        self.deliver(None)
+
+
+def _remove(folder: Path) -> None:
+    import shutil  # 10 ms of imports (lzma, bz2): not before uv has started
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+_guard = threading.Lock()
+_state: dict[str, object] = {}  # "argv": the eligible command line; "early": an unclaimed Early
+
+
+def _records() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "envbuild" / "lock-ahead"
+
+
+def _record_path(argv: Sequence[str]) -> Path:
+    key = hashlib.sha256(json.dumps([os.getcwd(), list(argv)]).encode()).hexdigest()[:32]
+    return _records() / f"{key}.json"
+
+
+def _eligible(argv: Sequence[str]) -> bool:
+    """`lock` with --upgrade or -P (a re-lock always resolves; a plain `lock` of a fresh lockfile
+    does not, and an early resolve there would only take CPU from it), one profile, not --check."""
+    if os.environ.get(OFF_ENV, "1") == "0" or not argv or argv[0] != "lock":
+        return False
+    upgrading = any(a in {"--upgrade", "-P", "--upgrade-package"} or a.startswith("--upgrade-package=") for a in argv)
+    return upgrading and "--check" not in argv and "--all" not in argv
+
+
+def _env_digest(env: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest()
+
+
+def _listing(work: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(work.iterdir()) if p.is_file()}
+
+
+def start(argv: Sequence[str]) -> None:
+    """Start the uv call the last run of this command line made here, if there is a record of it.
+    Never fails: a missing, unreadable or odd record starts nothing."""
+    if not _eligible(argv):
+        return
+    _state["argv"] = list(argv)
+    try:
+        record = json.loads(_record_path(argv).read_text("utf-8"))
+        args = [str(a) for a in record["args"]]
+        files = {str(k): str(v).encode() for k, v in record["files"].items()}
+        for name, source in record["seeds"].items():
+            files[str(name)] = Path(str(source)).read_bytes()  # gone: nothing to start
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    binary, env = uv_binary(), uv_environment()
+    work = Path(tempfile.mkdtemp(prefix="envbuild-lock-ahead-"))
+    try:
+        for name, data in files.items():
+            (work / Path(name).name).write_bytes(data)
+        child = subprocess.Popen(
+            [binary, *(a.replace(WORK, str(work)) for a in args)],
+            cwd=work,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,  # as proc.run's: stopped as a group, deaf to the terminal's Ctrl-C
+        )
+    except OSError:
+        _remove(work)
+        return
+    _state["early"] = Early(child, work, binary, args, _env_digest(env), _listing(work))
+    atexit.register(drop)
+
+
+def drop() -> None:
+    """No early resolve for this process: stop one that is running and record nothing."""
+    with _guard:
+        early = _state.pop("early", None)
+        _state.pop("argv", None)
+    if isinstance(early, Early):
+        early.stop()
+
+
+def keep_if(wanted: bool) -> None:
+    """`drop` unless `wanted`: the CLI knows, once it has parsed them, what the arguments name."""
+    if not wanted:
+        drop()
+
+
+def claim(binary: str, args: Sequence[str], work: Path, env: Mapping[str, str]) -> Early | None:
+    """The early call, if it is exactly `binary args` run in `work` (as its files are now) with
+    `env`; it is then the caller's to wait for. A different call is stopped. At most once a process."""
+    with _guard:
+        early = _state.pop("early", None)
+    if not isinstance(early, Early):
+        return None
+    same = (
+        early.binary == binary
+        and early.args == [a.replace(str(work), WORK) for a in args]
+        and early.env_digest == _env_digest(env)
+        and early.files == _listing(work)
+    )
+    if same:
+        return early
+    early.stop()
+    return None
+
+
+def remember(args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None:
+    """Record the first uv call of an eligible command line, for its next run to start early.
+    `seeds`: files of `work` copied from a lockfile, re-read from it then (it may have changed).
+    Best effort: a record that cannot be written only means no early start next time."""
+    with _guard:
+        argv = _state.pop("argv", None)
+    if not isinstance(argv, list):
+        return
+    files = {p.name: p.read_text("utf-8") for p in sorted(work.iterdir()) if p.is_file() and p.name not in seeds}
+    record = {
+        "args": [a.replace(str(work), WORK) for a in args],
+        "files": files,
+        "seeds": {name: str(path.resolve()) for name, path in seeds.items()},
+    }
+    text = json.dumps(record, indent=1, sort_keys=True)
+    import re
+
+    if re.search(_CREDENTIALS, text):
+        return
+    path = _record_path(argv)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record-")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        records = sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in records[KEEP_RECORDS:]:
+            old.unlink(missing_ok=True)

@@ -1,0 +1,237 @@
+"""A re-lock's uv call started before the CLI loads: taken only when it is the very call the lock
+path makes, thrown away (stopped, its folder removed) otherwise. A real process stands in for uv."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envbuild import lockahead, uvtool
+from envbuild.errors import LockError
+
+RELOCK = ["lock", "cpu-py311", "--upgrade", "--no-apt"]
+
+FAKE_UV = """#!/bin/sh
+echo "$PWD" >> "{log}"
+if [ -n "$FAKE_UV_SLEEP" ]; then sleep "$FAKE_UV_SLEEP"; fi
+prev=""
+for a in "$@"; do
+  if [ "$prev" = "-o" ]; then out="$a"; fi
+  prev="$a"
+done
+cat "$3" > "$out.new"
+if [ -f "$out" ]; then cat "$out" >> "$out.new"; fi
+echo resolved >> "$out.new"
+mv "$out.new" "$out"
+exit "${{FAKE_UV_RC:-0}}"
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A uv that copies its input to its output, logging the folder it ran in; a private cache."""
+    uv = tmp_path / "uv"
+    log = tmp_path / "calls"
+    uv.write_text(FAKE_UV.format(log=log))
+    uv.chmod(0o755)
+    monkeypatch.setenv("ENVBUILD_UV", str(uv))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(lockahead.OFF_ENV, raising=False)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    yield log
+    lockahead.drop()
+
+
+def _work(root: Path, name: str, lock_input: str, seed: str | None = None) -> tuple[Path, list[str]]:
+    """A resolve folder as venvlock makes one, and the uv arguments for it."""
+    work = root / name
+    work.mkdir()
+    (work / "pyproject.toml").write_text(lock_input)
+    if seed is not None:
+        (work / "requirements.txt").write_text(seed)
+    return work, ["pip", "compile", f"{work}/pyproject.toml", "-o", f"{work}/requirements.txt", "--upgrade"]
+
+
+def _first_run(tmp_path: Path, lock_input: str = "torch==2.13.0\n") -> None:
+    """The run before: nothing recorded yet, so nothing started early; it leaves the record."""
+    lockahead.start(RELOCK)
+    work, args = _work(tmp_path, "first", lock_input)
+    lockahead.remember(args, work, {})
+    assert not uvtool.ran_early(args, error=LockError, cwd=work)
+    lockahead.drop()
+
+
+def _early() -> lockahead.Early:
+    early = lockahead._state.get("early")
+    assert isinstance(early, lockahead.Early), "nothing was started early"
+    return early
+
+
+def test_the_same_call_typed_again_runs_before_the_cli_loads_and_its_result_is_taken(
+    fake: Path, tmp_path: Path
+) -> None:
+    _first_run(tmp_path)
+    lockahead.start(RELOCK)
+    early = _early()
+    work, args = _work(tmp_path, "second", "torch==2.13.0\n")
+    assert uvtool.ran_early(args, error=LockError, cwd=work)
+    assert (work / "requirements.txt").read_text() == "torch==2.13.0\nresolved\n"
+    assert Path(fake.read_text().split()[-1]).name.startswith("envbuild-lock-ahead-")
+    assert not early.work.exists()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_different_call_is_stopped_and_thrown_away_and_the_lock_runs_its_own(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _first_run(tmp_path)
+    monkeypatch.setenv("FAKE_UV_SLEEP", "30")  # still running when the lock path asks
+    lockahead.start(RELOCK)
+    early = _early()
+    work, args = _work(tmp_path, "second", "torch==2.13.0\neinops==0.8.0\n")  # the profile changed
+    started = time.monotonic()
+    assert not uvtool.ran_early(args, error=LockError, cwd=work)
+    assert time.monotonic() - started < 10
+    assert early.child.poll() is not None
+    assert not early.work.exists()
+    assert not (work / "requirements.txt").exists()
+
+
+def test_another_environment_for_uv_is_another_call(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _first_run(tmp_path)
+    lockahead.start(RELOCK)
+    monkeypatch.setenv("UV_HTTP_TIMEOUT", "5")  # one of the UV_* settings uv is given
+    work, args = _work(tmp_path, "second", "torch==2.13.0\n")
+    assert not uvtool.ran_early(args, error=LockError, cwd=work)
+
+
+def test_a_failed_early_call_is_not_taken(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _first_run(tmp_path)
+    monkeypatch.setenv("FAKE_UV_RC", "1")
+    lockahead.start(RELOCK)
+    early = _early()
+    work, args = _work(tmp_path, "second", "torch==2.13.0\n")
+    assert not uvtool.ran_early(args, error=LockError, cwd=work)  # the lock path runs it again
+    assert not (work / "requirements.txt").exists()
+    assert not early.work.exists()
+
+
+def test_a_lockfile_seed_is_read_again_at_the_next_start(fake: Path, tmp_path: Path) -> None:
+    """-P re-locks keep the other pins: uv starts from the current lockfile, which the last re-lock
+    changed. The early call must start from today's, not the one recorded."""
+    lockfile = tmp_path / "requirements.lock"
+    lockfile.write_text("torch==2.12.0\n")
+    argv = ["lock", "cpu-py311", "-P", "einops"]
+    lockahead.start(argv)
+    work, args = _work(tmp_path, "first", "torch\n", seed=lockfile.read_text())
+    lockahead.remember(args, work, {"requirements.txt": lockfile})
+    lockahead.drop()
+    lockfile.write_text("torch==2.13.0\n")
+    lockahead.start(argv)
+    work, args = _work(tmp_path, "second", "torch\n", seed=lockfile.read_text())
+    assert uvtool.ran_early(args, error=LockError, cwd=work)
+    assert (work / "requirements.txt").read_text() == "torch\ntorch==2.13.0\nresolved\n"
+
+
+def test_only_a_single_profile_re_lock_starts_anything(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _first_run(tmp_path)
+    for argv in (
+        ["lock", "cpu-py311", "--no-apt"],  # a plain lock of a fresh lockfile runs no resolve
+        ["lock", "--all", "--upgrade"],
+        ["lock", "--check", "cpu-py311"],
+        ["build", "cpu-py311", "--upgrade"],
+        [],
+    ):
+        lockahead.start(argv)
+        assert "early" not in lockahead._state and "argv" not in lockahead._state, argv
+    monkeypatch.setenv(lockahead.OFF_ENV, "0")
+    lockahead.start(RELOCK)
+    assert "early" not in lockahead._state
+
+
+def test_drop_stops_the_early_call_and_records_nothing(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _first_run(tmp_path)
+    records = list((tmp_path / "cache" / "envbuild" / "lock-ahead").glob("*.json"))
+    before = records[0].read_text()
+    monkeypatch.setenv("FAKE_UV_SLEEP", "30")
+    lockahead.start(RELOCK)
+    early = _early()
+    lockahead.keep_if(False)  # the CLI found several profiles, or an error came first
+    assert early.child.poll() is not None and not early.work.exists()
+    work, args = _work(tmp_path, "second", "other\n")
+    lockahead.remember(args, work, {})
+    assert records[0].read_text() == before
+
+
+def test_a_record_names_no_program_and_keeps_no_credentials(fake: Path, tmp_path: Path) -> None:
+    _first_run(tmp_path)
+    (record,) = (tmp_path / "cache" / "envbuild" / "lock-ahead").glob("*.json")
+    data = json.loads(record.read_text())
+    assert set(data) == {"args", "files", "seeds"}
+    assert all(str(tmp_path) not in a for a in data["args"])  # the folder is a placeholder
+    record.unlink()
+    lockahead.start(RELOCK)
+    work, args = _work(tmp_path, "second", "torch\n")
+    lockahead.remember([*args, "--index-url", "https://me:s3cret@mirror.example/simple"], work, {})
+    assert not record.exists()
+
+
+def test_a_tampered_or_broken_record_starts_nothing_and_fails_nothing(fake: Path, tmp_path: Path) -> None:
+    _first_run(tmp_path)
+    (record,) = (tmp_path / "cache" / "envbuild" / "lock-ahead").glob("*.json")
+    for text in ("{", "[]", '{"args": 3, "files": {}, "seeds": {}}', '{"args": [], "files": {}, "seeds": {"x": 1}}'):
+        record.write_text(text)
+        lockahead.start(RELOCK)
+        assert "early" not in lockahead._state, text
+        lockahead.drop()
+
+
+def test_old_records_are_removed_past_the_limit(fake: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "cache" / "envbuild" / "lock-ahead"
+    folder.mkdir(parents=True)
+    for i in range(lockahead.KEEP_RECORDS + 5):
+        old = folder / f"{i:032x}.json"
+        old.write_text("{}")
+        os.utime(old, (1000 + i, 1000 + i))
+    _first_run(tmp_path)
+    left = sorted(folder.glob("*.json"))
+    assert len(left) == lockahead.KEEP_RECORDS
+    assert not (folder / f"{0:032x}.json").exists()  # the least recent went first
+
+
+def test_the_console_script_starts_it_before_the_cli_is_imported(fake: Path, tmp_path: Path) -> None:
+    """The entry point itself: with a record, the early call starts even when the lock then fails
+    (no such project), and is stopped and removed when the process ends."""
+    import sys
+
+    _first_run(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "envbuild", *RELOCK],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp"), "FAKE_UV_SLEEP": "30"},
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    ran_in = fake.read_text().split()[-1]
+    assert Path(ran_in).name.startswith("envbuild-lock-ahead-")
+    assert not Path(ran_in).exists()
