@@ -3,6 +3,7 @@
 import signal
 import sys
 from types import FrameType
+from typing import NoReturn
 
 _signalled: list[int] = []
 
@@ -39,7 +40,30 @@ def main() -> None:
         code = 128 + _signalled[0]
     elif code == 130:  # Ctrl-C: said as SIGTERM is, so a log shows why it stopped
         print("envbuild: interrupted; cleaned up what it had started", file=sys.stderr)
-    sys.exit(code)
+    _exit(code)
+
+
+def _exit(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown when nothing else runs. Freeing every module and
+    object one by one takes ~30 ms after the work is done (a tenth of a warm re-lock); the system
+    frees a process's memory at once. What must still happen does: the atexit handlers (temporary
+    folders, an early resolve to stop, logging) and the flush of stdout and stderr. Python never
+    promised to run __del__ at exit, so nothing may rely on it. With another thread alive (it may
+    be writing), the normal exit waits for it as always."""
+    import threading
+
+    if threading.active_count() > 1:
+        sys.exit(code)
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away (`| head`), or a closed stream
+            code = code or 120  # as Python's own exit reports a failed flush
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -147,6 +148,35 @@ def test_console_script_and_module_entry(project: Path) -> None:
     assert "Traceback" not in proc.stderr and "no profile 'no-such'" in proc.stderr
 
 
+def test_the_entry_points_quick_exit_loses_no_output_and_keeps_the_exit_code(project: Path, tmp_path: Path) -> None:
+    """The entry point skips the interpreter's teardown (~30 ms) once the work is done: every
+    byte written to a pipe still arrives, atexit handlers still run, and the exit code is the one
+    the command returned (0, a usage error's 2, a broken pipe's 120)."""
+    env = {**os.environ, "ENVBUILD_PROJECT": str(project)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "envbuild", *args], capture_output=True, text=True, env=env, check=False
+        )
+
+    done = run("schema")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["title"]  # the whole document: it parses
+    assert run("validate", "no-such").returncode == 2
+    big = run("compat", "--json")
+    assert big.returncode == 0 and len(big.stdout) > io.DEFAULT_BUFFER_SIZE  # the last part is flushed at exit
+    json.loads(big.stdout)
+    # A reader that leaves early: the flush fails, as with Python's own exit, and nothing hangs.
+    with subprocess.Popen(
+        [sys.executable, "-m", "envbuild", "compat", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as reader:
+        assert reader.stdout is not None and reader.stderr is not None
+        reader.stdout.read(10)
+        reader.stdout.close()
+        err = reader.stderr.read().decode()
+        assert reader.wait(timeout=60) in {0, 120} and "Traceback" not in err, err
+
+
 def test_cli_needs_no_click_installed(project: Path) -> None:
     # typer vendors click; envbuild must run where `click` itself is absent (plain `pip install envbuild`).
     code = (
@@ -161,16 +191,18 @@ def test_cli_needs_no_click_installed(project: Path) -> None:
 def _modules_after(argv: list[str], project: Path) -> tuple[int, set[str], str]:
     """Run the real entry point in a fresh interpreter; return its exit code and heavy imports."""
     code = (
-        "import sys, json\n"
+        "import atexit, sys, json\n"
         f"sys.argv = ['envbuild', *{argv!r}]\n"
+        "def heavy():\n"
+        "    found = ('pydantic', 'jinja2', 'docker', 'packaging', 'typer._adapters')\n"
+        "    print(json.dumps([m for m in found if m in sys.modules]), file=sys.stderr)\n"
+        "atexit.register(heavy)  # the entry point runs atexit handlers, then leaves without teardown\n"
         "from envbuild.__main__ import main\n"
-        "try:\n    main()\nexcept SystemExit as exc:\n    rc = exc.code\n"
-        "heavy = [m for m in ('pydantic', 'jinja2', 'docker', 'packaging', 'typer._adapters') if m in sys.modules]\n"
-        "print(json.dumps([rc, heavy]), file=sys.stderr)\n"
+        "main()\n"
     )
     env = {**os.environ, "ENVBUILD_PROJECT": str(project), "COLUMNS": "200"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
-    rc, heavy = json.loads(proc.stderr.strip().splitlines()[-1])
+    rc, heavy = proc.returncode, json.loads(proc.stderr.strip().splitlines()[-1])
     return rc, set(heavy), proc.stdout
 
 
