@@ -2,7 +2,7 @@
 
 Every command is a thin wrapper, in a module of its pipeline stage (profiles, locking, building,
 publishing, overview). Errors travel up as EnvbuildError subclasses and become an exit code in
-`run`, the only place that exits.
+`run`, the only place that maps them; the entry point (`envbuild.__main__`) exits with it.
 """
 
 import functools
