@@ -147,7 +147,7 @@ def start(argv: Sequence[str]) -> None:
         files = {str(k): str(v).encode() for k, v in record["files"].items()}
         for name, source in record["seeds"].items():
             files[str(name)] = Path(str(source)).read_bytes()  # gone: nothing to start
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError):  # RuntimeError: no home
         return
     binary, env = uv_binary(), uv_environment()
     work = Path(tempfile.mkdtemp(prefix="envbuild-lock-ahead-"))
@@ -224,8 +224,8 @@ def remember(args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None
 
     if re.search(_CREDENTIALS, text):
         return
-    path = _record_path(argv)
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: no home folder to keep it in
+        path = _record_path(argv)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record-")
         try:

@@ -171,7 +171,14 @@ def _repository_part(text: str) -> str:
 
 def open_project(explicit: str | None = None) -> Project:
     """The project named by --project, ENVBUILD_PROJECT, or the current folder."""
-    root = Path(explicit or os.environ.get("ENVBUILD_PROJECT") or ".").resolve()
+    named = explicit or os.environ.get("ENVBUILD_PROJECT") or "."
+    try:
+        root = Path(named).resolve()
+    except FileNotFoundError as exc:  # a relative path, and the shell's folder was deleted under it
+        raise UsageError(
+            "the current folder no longer exists (removed or replaced after this shell entered it)",
+            hint='cd into the project again (`cd "$PWD"` if it was recreated), or pass --project DIR',
+        ) from exc
     if not root.is_dir():
         raise UsageError(
             f"project folder {root} does not exist",

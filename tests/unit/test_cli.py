@@ -586,3 +586,19 @@ def test_a_lock_still_resolving_says_so_in_a_log(cli: Cli, project: Path, monkey
     assert res.code == 0, res.err
     beats = [line for line in res.err.splitlines() if line.startswith("cpu-py311: still resolving (")]
     assert 1 <= len(beats) <= 2, res.err
+
+
+def test_a_current_folder_deleted_under_the_shell_is_a_usage_error(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell still in a folder that was removed (a checkout that dropped it, `rm -rf` from
+    another terminal): every command said "internal error: FileNotFoundError", exit 70."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    monkeypatch.delenv("ENVBUILD_PROJECT", raising=False)
+    gone.rmdir()
+    for args in (["list"], ["lock", "cpu-py311", "--upgrade"], ["validate", "--all"]):
+        res = cli(*args)
+        assert res.code == 2, (args, res.err)
+        assert "the current folder no longer exists" in res.err and "--project DIR" in res.err
