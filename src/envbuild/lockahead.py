@@ -24,11 +24,13 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
 
 OFF_ENV = "ENVBUILD_LOCK_AHEAD"
 WORK = "{work}"  # the call's own folder, in a record: each run resolves in a new temporary folder
@@ -84,9 +86,9 @@ class Early:
     def deliver(self, work: Path | None) -> None:
         """Copy what the call wrote into `work` (None: throw it away), then remove its folder."""
         if work is not None:
-            for path in self.work.iterdir():
-                if path.is_file() and self.files.get(path.name) != path.read_bytes():
-                    (work / path.name).write_bytes(path.read_bytes())
+            for name, data in _listing(self.work).items():
+                if self.files.get(name) != data:
+                    (work / name).write_bytes(data)
         _remove(self.work)
 
     def stop(self) -> None:
@@ -149,6 +151,9 @@ def start(argv: Sequence[str]) -> None:
             files[str(name)] = Path(str(source)).read_bytes()  # gone: nothing to start
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError):  # RuntimeError: no home
         return
+    import subprocess  # only where something is started: `--help` and the rest never pay for it
+    import tempfile
+
     binary, env = uv_binary(), uv_environment()
     work = Path(tempfile.mkdtemp(prefix="envbuild-lock-ahead-"))
     try:
@@ -227,6 +232,8 @@ def remember(args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None
     with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: no home folder to keep it in
         path = _record_path(argv)
         path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record-")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
