@@ -113,6 +113,19 @@ def test_a_module_in_a_derived_images_workdir_or_a_library_on_ld_library_path_fa
     assert "take those folders off LD_LIBRARY_PATH" in integrity["remedy"]
 
 
+def test_a_preload_of_the_os_libgomp_over_torchs_own_fails_integrity_naming_the_preload(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """`ENV LD_PRELOAD=.../libgomp.so.1`, a common OpenMP-clash workaround: torch's CPU wheel ships
+    its own libgomp.so.1, and the loader then takes the OS's (the toolchain brings one) in its
+    place. Every other check passes on it; the report named LD_LIBRARY_PATH, which was not set."""
+    system = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
+    integrity = _only_integrity_fails(docker_client, built_cpu["image_id"], f"ENV LD_PRELOAD={system}")
+    assert f"libgomp.so.1 from {system} (preloaded: LD_PRELOAD={system})" in integrity["reason"]
+    assert integrity["remedy"].startswith("drop them from LD_PRELOAD")
+    assert "LD_LIBRARY_PATH" not in integrity["reason"]
+
+
 def test_a_patched_copy_of_the_environment_first_on_path_fails_integrity(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:

@@ -646,6 +646,62 @@ def test_a_library_a_locked_wheel_ships_loaded_from_another_folder_is_named() ->
     assert integrity._libraries_elsewhere({"/opt/venv/lib/libother.so"}, {"/opt/venv/lib"}, torch=False) == []
 
 
+def test_a_library_reached_through_a_link_by_a_wheels_name_is_named(tmp_path: Path) -> None:
+    """The maps name the file a link led to: an OS's libgomp.so.1 (a link to libgomp.so.1.0.0) or a
+    CUDA toolkit's libcudnn.so.9 went unseen by the wheel's name. A real library (a copy of a
+    standard-library extension) loaded by a real dlopen through such a link."""
+    import _ctypes
+    import ctypes
+
+    from envbuild.smoke.inside import integrity
+
+    source = Path(_ctypes.__file__)  # a shared library on any CPython that has ctypes
+    real = tmp_path / "libstandin.so.1.0.0"
+    real.write_bytes(source.read_bytes())
+    (tmp_path / "libstandin.so.1").symlink_to(real.name)
+    ctypes.CDLL(str(tmp_path / "libstandin.so.1"))
+    shipped = {"/opt/venv/lib/libstandin.so.1"}
+    assert integrity._libraries_elsewhere(shipped, {"/opt/venv/lib"}, torch=False) == [
+        f"libstandin.so.1 from {tmp_path}/libstandin.so.1"
+    ]
+    # the wheel's own file, reached through a link (a conda env's torch/lib into its lib/): no copy
+    assert integrity._libraries_elsewhere({str(real)}, {"/opt/venv/lib"}, torch=False) == []
+
+
+def test_a_preload_that_replaces_a_library_a_wheel_ships_fails_and_names_the_preload(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libgomp.so.1` (an OpenMP clash workaround) puts the
+    OS's libgomp in place of the one torch's CPU wheel ships, and the report blamed LD_LIBRARY_PATH,
+    which was not set. A preload of a library no wheel ships is still only reported."""
+    from envbuild.smoke.inside import integrity
+
+    system = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
+    found = [f"libgomp.so.1 from {system}"]
+    monkeypatch.setattr(integrity, "_shadowed", lambda ctx: integrity.Shadowed([], found, False, False))
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    monkeypatch.setenv("LD_PRELOAD", f"/usr/lib/libjemalloc.so.2:{system}")
+    with pytest.raises(CheckFailed) as failed:
+        integrity._fail_if_shadowed(_ctx(expect={}))
+    assert failed.value.reason == (
+        f"libraries the locked wheels ship are loaded from outside the environment: libgomp.so.1 from {system}"
+        f" (preloaded: LD_PRELOAD={system})"
+    )
+    assert failed.value.remedy.startswith(
+        "drop them from LD_PRELOAD (an ENV in a derived image's Dockerfile, or -e at run time) or /etc/ld.so.preload"
+    )
+    assert "LD_LIBRARY_PATH" not in failed.value.remedy
+    monkeypatch.setenv("LD_PRELOAD", "libgomp.so.1")  # a bare name, which the loader searches for
+    assert integrity._preloaded_among(found) == "LD_PRELOAD=libgomp.so.1"
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libjemalloc.so.2")
+    assert integrity._preloaded_among(found) == ""
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # then it is what put the copy first
+    with pytest.raises(CheckFailed) as failed:
+        integrity._fail_if_shadowed(_ctx(expect={}))
+    assert f"(LD_LIBRARY_PATH={tmp_path} comes first)" in failed.value.reason
+    assert failed.value.remedy.startswith("take those folders off LD_LIBRARY_PATH or LD_PRELOAD")
+
+
 def test_a_copy_of_the_environment_first_on_path_fails_integrity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -133,14 +133,21 @@ def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> lis
         return []  # not Linux: nothing to read
     # by name, each file resolved: a conda env's torch/lib links into its lib/, which is no copy
     names = {os.path.basename(p) for p in shipped}
-    return sorted(
-        f"{os.path.basename(path)} from {path}"
+    elsewhere = {
+        os.path.realpath(path): path
         for path in mapped
-        if path.startswith("/")
-        and os.path.basename(path) in names
-        and os.path.realpath(path) not in shipped
-        and not _inside(os.path.realpath(path), homes)
-    )
+        if path.startswith("/") and os.path.realpath(path) not in shipped and not _inside(os.path.realpath(path), homes)
+    }
+    found = {f"{os.path.basename(path)} from {path}" for path in elsewhere.values() if os.path.basename(path) in names}
+    # The maps name the file a link led to: an OS's or a CUDA toolkit's libgomp.so.1 or
+    # libcudnn.so.9 is a link to libgomp.so.1.0.0 or libcudnn.so.9.1.0, so by that name alone
+    # it was never seen. The loader found it by the wheel's name, in that file's folder.
+    for folder in {os.path.dirname(path) for path in elsewhere.values()}:
+        for name in names:
+            candidate = os.path.join(folder, name)
+            if os.path.realpath(candidate) in elsewhere and os.path.islink(candidate):
+                found.add(f"{name} from {candidate}")
+    return sorted(found)
 
 
 def _origin(module: str, path: list[str] | None) -> str:
@@ -189,10 +196,19 @@ def _fail_if_shadowed(ctx: Context) -> None:
             fixes.append("rename those files or folders in the image's WORKDIR (or move them to a package folder)")
         fixes.append(f"take those folders off PYTHONPATH{where} or out of sys.path")
     if libraries:
-        problems.append(
-            _outside("libraries the locked wheels ship are loaded", libraries, "LD_LIBRARY_PATH", library_path)
-        )
-        fixes.append(f"take those folders off LD_LIBRARY_PATH or LD_PRELOAD{where}")
+        what = "libraries the locked wheels ship are loaded"
+        preloaded = _preloaded_among(libraries)
+        if preloaded:  # naming only LD_LIBRARY_PATH here would send the user to the wrong place
+            problems.append(f"{_outside(what, libraries, '', '')} (preloaded: {preloaded})")
+            fixes.append(
+                f"drop them from LD_PRELOAD{where} or /etc/ld.so.preload (the wheels bring their own, the"
+                " ones tested; a preload of a library no wheel ships, such as jemalloc, is only reported)"
+            )
+            if library_path:
+                fixes.append(f"take those folders off LD_LIBRARY_PATH{where}")
+        else:
+            problems.append(_outside(what, libraries, "LD_LIBRARY_PATH", library_path))
+            fixes.append(f"take those folders off LD_LIBRARY_PATH or LD_PRELOAD{where}")
     raise CheckFailed("; ".join(problems), "; ".join(fixes) + ": the tested environment must be the one that runs")
 
 
@@ -227,6 +243,31 @@ def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -
         r.facts["base_python_changed"] = "; ".join(problems) + " (with the OS packages: an apt upgrade)"
         return []
     return problems
+
+
+def _preload_entries() -> list[tuple[str, str]]:
+    """(where it is set, the library as written) for each preloaded library; the loader takes
+    spaces and colons between LD_PRELOAD's entries, whitespace in /etc/ld.so.preload."""
+    entries = [("LD_PRELOAD", e) for e in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()]
+    try:
+        with open("/etc/ld.so.preload", encoding="utf-8") as fh:
+            entries += [("/etc/ld.so.preload", e) for e in fh.read().split()]
+    except OSError:
+        pass
+    return entries
+
+
+def _preloaded_among(libraries: list[str]) -> str:
+    """The preload entries that put one of `libraries` ("NAME from PATH") in place of a wheel's
+    own: written as a path (matched resolved) or as a bare name the loader searched for."""
+    named = [(lib.split(" from ", 1)[0], os.path.realpath(lib.split(" from ", 1)[1])) for lib in libraries]
+    hits = [
+        f"{source}={entry}" if source == "LD_PRELOAD" else f"{source}: {entry}"
+        for source, entry in _preload_entries()
+        for name, path in named
+        if (os.path.realpath(entry) == path if "/" in entry else entry == name)
+    ]
+    return "; ".join(dict.fromkeys(hits))
 
 
 def _preloaded() -> str:
