@@ -145,7 +145,7 @@ def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> lis
     for folder in {os.path.dirname(path) for path in elsewhere.values()}:
         for name in names:
             candidate = os.path.join(folder, name)
-            if os.path.realpath(candidate) in elsewhere and os.path.islink(candidate):
+            if os.path.islink(candidate) and os.path.realpath(candidate) in elsewhere:  # one lstat first
                 found.add(f"{name} from {candidate}")
     return sorted(found)
 
