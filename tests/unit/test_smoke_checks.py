@@ -639,11 +639,20 @@ def test_a_library_a_locked_wheel_ships_loaded_from_another_folder_is_named() ->
         libc = next(line.split()[-1] for line in fh if line.rstrip().endswith("/libc.so.6"))
     folder = os.path.dirname(os.path.realpath(libc))
     shipped = {"/opt/venv/lib/libc.so.6"}
-    assert integrity._libraries_elsewhere(shipped, {"/opt/venv/lib"}, torch=False) == [f"libc.so.6 from {libc}"]
-    assert integrity._libraries_elsewhere(shipped, {folder}, torch=False) == []  # where the wheel has it
+    assert integrity._named(integrity._libraries_elsewhere(shipped, {"/opt/venv/lib"}, torch=False)) == [
+        f"libc.so.6 from {libc}"
+    ]
+    assert (
+        integrity._named(integrity._libraries_elsewhere(shipped, {folder}, torch=False)) == []
+    )  # where the wheel has it
     # a wheel's file that links to it (a conda env's torch/lib into its lib/): the same file, no copy
-    assert integrity._libraries_elsewhere({os.path.realpath(libc)}, {"/opt/venv/lib"}, torch=False) == []
-    assert integrity._libraries_elsewhere({"/opt/venv/lib/libother.so"}, {"/opt/venv/lib"}, torch=False) == []
+    assert (
+        integrity._named(integrity._libraries_elsewhere({os.path.realpath(libc)}, {"/opt/venv/lib"}, torch=False)) == []
+    )
+    assert (
+        integrity._named(integrity._libraries_elsewhere({"/opt/venv/lib/libother.so"}, {"/opt/venv/lib"}, torch=False))
+        == []
+    )
 
 
 def test_a_library_reached_through_a_link_by_a_wheels_name_is_named(tmp_path: Path) -> None:
@@ -661,11 +670,11 @@ def test_a_library_reached_through_a_link_by_a_wheels_name_is_named(tmp_path: Pa
     (tmp_path / "libstandin.so.1").symlink_to(real.name)
     ctypes.CDLL(str(tmp_path / "libstandin.so.1"))
     shipped = {"/opt/venv/lib/libstandin.so.1"}
-    assert integrity._libraries_elsewhere(shipped, {"/opt/venv/lib"}, torch=False) == [
+    assert integrity._named(integrity._libraries_elsewhere(shipped, {"/opt/venv/lib"}, torch=False)) == [
         f"libstandin.so.1 from {tmp_path}/libstandin.so.1"
     ]
     # the wheel's own file, reached through a link (a conda env's torch/lib into its lib/): no copy
-    assert integrity._libraries_elsewhere({str(real)}, {"/opt/venv/lib"}, torch=False) == []
+    assert integrity._named(integrity._libraries_elsewhere({str(real)}, {"/opt/venv/lib"}, torch=False)) == []
 
 
 def test_a_preload_that_replaces_a_library_a_wheel_ships_fails_and_names_the_preload(
@@ -677,7 +686,7 @@ def test_a_preload_that_replaces_a_library_a_wheel_ships_fails_and_names_the_pre
     from envbuild.smoke.inside import integrity
 
     system = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
-    found = [f"libgomp.so.1 from {system}"]
+    found = [("libgomp.so.1", system)]
     monkeypatch.setattr(integrity, "_shadowed", lambda ctx: integrity.Shadowed([], found, False, False))
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
     monkeypatch.setenv("LD_PRELOAD", f"/usr/lib/libjemalloc.so.2:{system}")

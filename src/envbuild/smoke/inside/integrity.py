@@ -74,7 +74,7 @@ def _top_level(dist: metadata.Distribution) -> set[str]:
 
 class Shadowed(NamedTuple):
     modules: list[str]  # "MODULE (DIST) from PATH[ (why)]"
-    libraries: list[str]  # "NAME from PATH"
+    libraries: list[tuple[str, str]]  # (the name the loader looked for, the path it took)
     in_cwd: bool  # some module comes from the caller's folder (--local)
     in_workdir: bool  # some module comes from the image's WORKDIR
 
@@ -118,7 +118,11 @@ def _shadowed(ctx: Context) -> Shadowed:
     return Shadowed(found, _libraries_elsewhere(libraries, homes, "torch" in locked), in_cwd, in_workdir)
 
 
-def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> list[str]:
+def _named(libraries: list[tuple[str, str]]) -> list[str]:
+    return [f"{name} from {path}" for name, path in libraries]
+
+
+def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> list[tuple[str, str]]:
     """Shared libraries a locked wheel ships (`shipped`: their resolved paths) that this process
     mapped from another folder: an LD_LIBRARY_PATH (a CUDA toolkit's lib64, a derived image's ENV)
     beats torch's RUNPATH, so a libc10.so or libcudnn.so.9 there is what runs. Read after torch's
@@ -138,7 +142,7 @@ def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> lis
         for path in mapped
         if path.startswith("/") and os.path.realpath(path) not in shipped and not _inside(os.path.realpath(path), homes)
     }
-    found = {f"{os.path.basename(path)} from {path}" for path in elsewhere.values() if os.path.basename(path) in names}
+    found = {(os.path.basename(path), path) for path in elsewhere.values() if os.path.basename(path) in names}
     # The maps name the file a link led to: an OS's or a CUDA toolkit's libgomp.so.1 or
     # libcudnn.so.9 is a link to libgomp.so.1.0.0 or libcudnn.so.9.1.0, so by that name alone
     # it was never seen. The loader found it by the wheel's name, in that file's folder.
@@ -146,7 +150,7 @@ def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> lis
         for name in names:
             candidate = os.path.join(folder, name)
             if os.path.islink(candidate) and os.path.realpath(candidate) in elsewhere:  # one lstat first
-                found.add(f"{name} from {candidate}")
+                found.add((name, candidate))
     return sorted(found)
 
 
@@ -199,7 +203,7 @@ def _fail_if_shadowed(ctx: Context) -> None:
         what = "libraries the locked wheels ship are loaded"
         preloaded = _preloaded_among(libraries)
         if preloaded:  # naming only LD_LIBRARY_PATH here would send the user to the wrong place
-            problems.append(f"{_outside(what, libraries, '', '')} (preloaded: {preloaded})")
+            problems.append(f"{_outside(what, _named(libraries), '', '')} (preloaded: {preloaded})")
             fixes.append(
                 f"drop them from LD_PRELOAD{where} or /etc/ld.so.preload (the wheels bring their own, the"
                 " ones tested; a preload of a library no wheel ships, such as jemalloc, is only reported)"
@@ -207,7 +211,7 @@ def _fail_if_shadowed(ctx: Context) -> None:
             if library_path:
                 fixes.append(f"take those folders off LD_LIBRARY_PATH{where}")
         else:
-            problems.append(_outside(what, libraries, "LD_LIBRARY_PATH", library_path))
+            problems.append(_outside(what, _named(libraries), "LD_LIBRARY_PATH", library_path))
             fixes.append(f"take those folders off LD_LIBRARY_PATH or LD_PRELOAD{where}")
     raise CheckFailed("; ".join(problems), "; ".join(fixes) + ": the tested environment must be the one that runs")
 
@@ -257,15 +261,14 @@ def _preload_entries() -> list[tuple[str, str]]:
     return entries
 
 
-def _preloaded_among(libraries: list[str]) -> str:
-    """The preload entries that put one of `libraries` ("NAME from PATH") in place of a wheel's
-    own: written as a path (matched resolved) or as a bare name the loader searched for."""
-    named = [(lib.split(" from ", 1)[0], os.path.realpath(lib.split(" from ", 1)[1])) for lib in libraries]
+def _preloaded_among(libraries: list[tuple[str, str]]) -> str:
+    """The preload entries that put one of `libraries` in place of a wheel's own: written as a
+    path (matched resolved) or as a bare name the loader searched for."""
     hits = [
         f"{source}={entry}" if source == "LD_PRELOAD" else f"{source}: {entry}"
         for source, entry in _preload_entries()
-        for name, path in named
-        if (os.path.realpath(entry) == path if "/" in entry else entry == name)
+        for name, path in libraries
+        if (os.path.realpath(entry) == os.path.realpath(path) if "/" in entry else entry == name)
     ]
     return "; ".join(dict.fromkeys(hits))
 
@@ -275,11 +278,7 @@ def _preloaded() -> str:
     tcmalloc preloads are common and legitimate), since no manifest covers them and they can
     change what every check measured."""
     found = [f"LD_PRELOAD={os.environ['LD_PRELOAD']}"] if os.environ.get("LD_PRELOAD") else []
-    try:
-        with open("/etc/ld.so.preload", encoding="utf-8") as fh:
-            listed = " ".join(fh.read().split())
-    except OSError:
-        listed = ""
+    listed = " ".join(entry for source, entry in _preload_entries() if source == "/etc/ld.so.preload")
     if listed:
         found.append(f"/etc/ld.so.preload: {listed}")
     return "; ".join(found)
