@@ -439,7 +439,10 @@ def bench_reuse(runs: int) -> str:
         out = json.loads(envbuild("build", name, *common, *extra, cwd=proj).stdout)
         return time.perf_counter() - t0, out
 
-    cold, cold_out = build("cpu-py311", "--no-cache")
+    # the first build of a profile on an engine that has none of its stages: envbuild runs the
+    # stages that do not wait for each other as side builds (buildahead), then the whole
+    fresh, fresh_out = build("cpu-py311")
+    cold, cold_out = build("cpu-py311", "--no-cache")  # the stages one after another, as the builder runs them
     first, first_out = build("cpu-py311")  # the first rebuild after a --no-cache build: what a user meets
     # a second cold build of the same lockfile: the same environment (env digest), measured
     again, again_out = build("cpu-py311", "--no-cache")
@@ -496,9 +499,11 @@ def bench_reuse(runs: int) -> str:
         "",
         "| measure | value | goal |",
         "|---|---|---|",
-        f"| cold build (`--no-cache`) | {cold:.1f} s | |",
+        f"| first build on an engine without its stages (side by side) | {fresh:.1f} s, {_steps(fresh_out)} | |",
+        f"| cold build (`--no-cache`: the stages one after another) | {cold:.1f} s | |",
         f"| naive single-stage pip Dockerfile, cold, same inputs | {naive:.1f} s | |",
-        f"| cold build vs naive | {cold / naive:.2f}x | < 1.0x: {verdict(cold / naive, 0.999)} |",
+        f"| first build (side by side) vs naive | {fresh / naive:.2f}x | < 1.0x: {verdict(fresh / naive, 0.999)} |",
+        f"| `--no-cache` build vs naive | {cold / naive:.2f}x | < 1.0x: {verdict(cold / naive, 0.999)} |",
         f"| cold build with `--builder buildkit` (layer stages side by side) | {cold_bk:.1f} s | |",
         f"| naive Dockerfile under BuildKit, cold | {naive_bk:.1f} s | |",
         f"| BuildKit cold build vs the naive one under BuildKit | {cold_bk / naive_bk:.2f}x | < 1.0x: "

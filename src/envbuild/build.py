@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildctx, buildfail, buildkit, engine, enginelost, hostgpu, smokerecord
+from envbuild import buildahead, buildctx, buildfail, buildkit, engine, enginelost, hostgpu, smokerecord
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
@@ -180,11 +180,9 @@ def _buildkit_build(
 
 def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any] | None) -> str:
     """A child image that only adds labels: the environment's digest (from the manifest the build
-    wrote) and, when `report` is given, that the smoke test passed on `image_id`.
-
-    The record travels with the image ID (to the registry too), so any checkout, machine or
-    registry client can tell a tested image from an untested one.
-    """
+    wrote) and, when `report` is given, that the smoke test passed on `image_id`. The record travels
+    with the image ID (to the registry too): any checkout, machine or registry client can tell a
+    tested image from an untested one."""
     import io
 
     labels = {}
@@ -249,9 +247,8 @@ def building(project: Project, name: str) -> bool:
 
 
 def _target_platform(plan: Plan, wanted: str | None, runs: str | None) -> str:
-    """The platform to build for: --platform, else what the engine (or, without one, this machine)
-    runs. A profile not locked for it is refused here, before anything is copied or downloaded:
-    envbuild does not build under emulation."""
+    """--platform, else what the engine (without one, this machine) runs; a profile not locked for it
+    is refused before anything is copied or downloaded: envbuild does not build under emulation."""
     native = MACHINE_PLATFORMS.get((runs or host_platform.machine()).lower(), runs or host_platform.machine())
     target = wanted or native
     if target not in plan.platforms:
@@ -310,6 +307,8 @@ def _run_builder(cli: Any, ctx: buildctx.Context, prof: Profile, opts: BuildOpti
         import docker
 
         try:
+            if not opts.no_cache:  # the whole build would not use what they make
+                log.ran += buildahead.run(cli, ctx.sides, ctx.directory, ctx.buildargs, log.path.parent / "stages", say)
             return _sdk_build(cli, ctx.directory, prof, buildargs=ctx.buildargs, opts=opts, log=log, say=say)
         except docker.errors.APIError as exc:
             log.line(str(exc))

@@ -95,6 +95,8 @@ class Context:
     # What is still to be checked of the context (the SBOM's validation, seconds): it may run while
     # the image builds, and must pass before anything is tagged or handed over
     pending: Callable[[], None] | None = None
+    # the stages a classic build may run side by side before the whole (buildahead.py)
+    sides: tuple[layering.SideStage, ...] = ()
 
     @property
     def dockerfile(self) -> Path:
@@ -343,7 +345,7 @@ def prepare(
             pending = functools.partial(_check_sbom, sbom_text, marker)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
     tool, uv_binary = layering.installer(built, platform)
-    outputs, groups = layering.render_for(
+    outputs, groups, sides = layering.render_for(
         built, lock.pins, lock.apt, labels, tool, lock.text, from_source=lock.from_source
     )
     ctx = project.work_dir(prof.name) / "context"
@@ -394,4 +396,4 @@ def prepare(
     for path in sorted(ctx.rglob("*")):
         if not path.is_symlink() and path.suffix != ".whl" and path.parent.name != "tools":
             os.utime(path, (epoch, epoch))
-    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch, pending)
+    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch, pending, sides)

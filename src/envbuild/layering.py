@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform as host
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from envbuild import aptfile, lockfile, render, uvtool
 from envbuild.aptfile import AptLock
 from envbuild.freshness import LockSnapshot
 from envbuild.lockfile import Pin
-from envbuild.names import FIXED_MTIME
+from envbuild.names import FIXED_MTIME, LABEL_PROFILE
 from envbuild.plan import Plan
 
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
@@ -128,6 +129,18 @@ def _digests(lock_text: str, groups: dict[str, tuple[str, ...]]) -> dict[str, st
     return {g: hashlib.sha256(files[f"requirements.{g}.lock"].encode()).hexdigest() for g in groups}
 
 
+@dataclass(frozen=True)
+class SideStage:
+    """A stage of a layered Dockerfile that a build can run as a build of its own, beside the others
+    (buildahead.py): the classic builder runs a Dockerfile's stages one after another."""
+
+    name: str  # venv-base, layer-GROUP, builder (the rest), runtime-os (the runtime before the environment)
+    dockerfile: str  # the stage alone, with the stages it starts from: the very lines of the whole
+    wheels: str  # its wheel folder in the context ("wheels/GROUP"); "" when it installs none
+    after: str  # the side stage it starts from ("venv-base"); "" for none
+    cached_by: tuple[tuple[str, str], ...]  # the labels its last cache image carries; () when none
+
+
 def render_for(
     plan: Plan,
     pins: dict[str, Pin],
@@ -137,18 +150,34 @@ def render_for(
     lock_text: str = "",
     *,
     from_source: frozenset[str] = frozenset(),
-) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]], tuple[SideStage, ...]]:
     """What `build` renders from a lock: the outputs, with the environment split into layers and the
-    OS packages pinned by apt.lock; and the layer groups it split by. `from_source`: the packages
-    with no wheel (lockfile.sdist_only), built from their sdists in the builder stage."""
+    OS packages pinned by apt.lock; the layer groups it split by; and, for a build (`labels`) of a
+    layered Dockerfile, the stages a side build can run. `from_source`: the packages with no wheel
+    (lockfile.sdist_only), built from their sdists in the builder stage."""
     groups = layer_groups(plan, pins, lock_text, from_source) if plan.profile.flavor == "venv" else {}
     built = list(source_built(groups, from_source))
     extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME, "from_source": built}
     digests = _digests(lock_text, groups) if labels else {}  # they go only into the labels
+    # stage -> (its group's wheel folder, the stage it starts from, the group its cache labels are of)
+    shape = {"venv-base": ("", "", ""), "runtime-os": ("", "", "")}
+    shape.update({f"layer-{g}": (f"wheels/{g}", "venv-base", g) for g in groups if g != "rest"})
+    shape["builder"] = ("wheels/rest", "venv-base", "rest")
+    stages = tuple(shape) if labels and len(groups) > 1 else ()
     outputs = render.render(
-        plan, labels=labels, apt=apt_context(apt), layers=groups, layer_digests=digests, extra=extra
+        plan, labels=labels, apt=apt_context(apt), layers=groups, layer_digests=digests, extra=extra, stages=stages
     )
-    return outputs, groups
+    # a stage's cache image as any profile of this project leaves it: a second profile with the same
+    # torch layer on the same base finds the first one's steps in the cache
+    cache_labels = {
+        g: tuple((k, v) for k, v in pairs if k != LABEL_PROFILE)
+        for g, pairs in render.layer_cache_labels(labels or {}, digests).items()
+    }
+    sides = tuple(
+        SideStage(s, outputs.pop(f"Dockerfile@{s}"), shape[s][0], shape[s][1], cache_labels.get(shape[s][2], ()))
+        for s in stages
+    )
+    return outputs, groups, sides
 
 
 def dockerfile_from(plan: Plan, folder: Path) -> str | None:

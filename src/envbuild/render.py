@@ -100,6 +100,7 @@ def context(
     profile = plan.profile
     return {
         "installer": "pip",
+        "stage_only": "",  # one stage for a side build (buildahead.py); empty: the whole Dockerfile
         "fixed_mtime": FIXED_MTIME,
         **(extra or {}),
         **(apt or NO_APT),
@@ -135,18 +136,21 @@ def context(
         if labels
         else [],
         # A layer stage's: its own part of the lockfile, not the whole (see LABEL_LAYER_SHA)
-        "layer_builder_labels": {
-            group: sorted(
-                [
-                    (LABEL_STAGE, "builder"),
-                    (LABEL_LAYER_SHA, digest),
-                    *((k, v) for k, v in labels.items() if k in _BUILDER_LABEL_KEYS - {LABEL_LOCK_SHA}),
-                ]
-            )
-            for group, digest in (layer_digests or {}).items()
-        }
-        if labels
-        else {},
+        "layer_builder_labels": layer_cache_labels(labels, layer_digests) if labels else {},
+    }
+
+
+def layer_cache_labels(
+    labels: dict[str, str], layer_digests: dict[str, str] | None
+) -> dict[str, list[tuple[str, str]]]:
+    """{layer: the labels its stage's cache image carries}: its own part of the lockfile, not the
+    whole (see LABEL_LAYER_SHA). The Dockerfile sets them; a build looks for them (buildahead)."""
+    keep = _BUILDER_LABEL_KEYS - {LABEL_LOCK_SHA}
+    return {
+        group: sorted(
+            [(LABEL_STAGE, "builder"), (LABEL_LAYER_SHA, digest), *((k, v) for k, v in labels.items() if k in keep)]
+        )
+        for group, digest in (layer_digests or {}).items()
     }
 
 
@@ -181,8 +185,10 @@ def render(
     layers: dict[str, tuple[str, ...]] | None = None,
     layer_digests: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
+    stages: tuple[str, ...] = (),
 ) -> dict[str, str]:
-    """Render every output of a plan: {file name: text}. Same inputs, same bytes."""
+    """Render every output of a plan: {file name: text}. Same inputs, same bytes. `stages`: also
+    the Dockerfile of each of these stages alone (with the ones it starts from), as "Dockerfile@STAGE"."""
     jinja2 = _env()
     env = make_environment(plan.templates_dir)
     ctx = context(plan, labels=labels, apt=apt, layers=layers, layer_digests=layer_digests, extra=extra)
@@ -203,6 +209,10 @@ def render(
                 hint="the template uses a variable envbuild does not provide",
             ) from exc
         out[OUTPUT_NAMES[template_name]] = text
+        if OUTPUT_NAMES[template_name] == "Dockerfile":
+            # the stages a side build runs on its own, from the same lines (buildahead.py)
+            for stage in stages:
+                out[f"Dockerfile@{stage}"] = env.get_template(template_name).render({**ctx, "stage_only": stage})
     return out
 
 

@@ -1,14 +1,16 @@
-"""Layered images: the torch layer is shared byte for byte by profiles that share a torch build."""
+"""Layered images: the torch layer is shared byte for byte by profiles that share a torch build;
+the layer stages a build misses run side by side."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import envbuild, layer_table, local_build, variant
+from .conftest import WHEELS, envbuild, layer_table, local_build, variant
 
 pytestmark = pytest.mark.e2e
 
@@ -45,4 +47,43 @@ def test_two_profiles_sharing_a_torch_build_share_the_torch_layer(
     venv_theirs = next(d for d, step, _ in theirs if step == "COPY to /opt/venv")
     assert venv_ours != venv_theirs
     for tag in docker_client.images.get(derived).tags:  # by tag: the image has cache children
+        docker_client.images.remove(tag)
+
+
+def test_a_missing_layer_is_built_beside_the_others_and_no_step_runs_twice(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """The classic builder runs a Dockerfile's stages one after another; envbuild runs the layer
+    stages missing from the engine, venv-base and the runtime's OS part as builds of their own, side
+    by side, and the whole build then finds each of their steps in the cache. Here numpy's layer is
+    new (2.1.2 for 2.1.3), and the project is another, so no stage's cache image is this project's."""
+    proj = tmp_path / "numpy"
+    for part in ("profiles", "lockfiles", "checks"):
+        shutil.copytree(e2e_project / part, proj / part)
+    profile = proj / "profiles" / "cpu-py311.yaml"
+    assert 'numpy: "2.1.3"' in profile.read_text(), "the e2e cpu-py311 profile no longer reads as this expects"
+    profile.write_text(profile.read_text().replace('numpy: "2.1.3"', 'numpy: "2.1.2"'))
+    res = envbuild("lock", "cpu-py311", "--no-apt", "--find-links", WHEELS, cwd=proj)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    res = envbuild(*local_build("cpu-py311", f"{repo_name}-sides"), "--no-smoke", "--json", cwd=proj)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads(res.stdout)
+    assert "stages side by side: venv-base, runtime-os, layer-torch, layer-torch-deps, layer-numpy, builder" in (
+        res.stderr
+    )
+    sides = Path(result["log_path"]).parent / "stages"
+    numpy_side = (sides / "layer-numpy.log").read_text()
+    assert "--prefix /split/numpy" in numpy_side and "Running in" in numpy_side  # installed there
+    # ...and only there: the whole build took that step, and the runtime's OS packages, from the cache
+    whole = Path(result["log_path"]).read_text().split("\nStep ")
+    for marker in ("--prefix /split/numpy", "apt-get install"):
+        steps = [s for s in whole if marker in s.split("\n", 1)[0]]
+        assert steps and all("Using cache" in s and "Running in" not in s for s in steps), marker
+    assert result["ran_steps"] >= numpy_side.count("Running in")  # the side builds' steps count too
+    out = docker_client.containers.run(
+        result["built_image_id"], ["python", "-c", "import numpy, torch; print(numpy.__version__)"], remove=True
+    )
+    assert out.decode().strip() == "2.1.2"
+    for tag in docker_client.images.get(result["built_image_id"]).tags:
         docker_client.images.remove(tag)

@@ -1,0 +1,136 @@
+"""Stages side by side on the classic builder: the stages of a layered Dockerfile that do not wait
+for each other run as builds of their own, at once, before the whole build.
+
+docker-py drives only the classic builder, and it runs a Dockerfile's stages one after another: in
+a cold cpu-py311 build the runtime's OS packages waited for the torch stage, which waited for the
+OS Python of venv-base. Each stage here is rendered alone, from the Dockerfile's very lines (render's
+`stage_only`), and sent with only the wheels it installs; the classic builder keys a cached step by
+its parent image and the step itself, not by the Dockerfile it came from, so the whole build that
+follows finds every step of these stages in the cache and runs only what joins them.
+
+Only where it pays: when a layer stage's cache image is missing from the engine (its labels say
+which; render.layer_cache_labels). A rebuild that finds them all, or that changes only the `rest`,
+runs as before: side builds would only add the sending of their contexts. Never with --no-cache:
+the whole build would not use what they made. BuildKit runs stages side by side by itself.
+
+A side build that fails is only written to its log: the whole build runs the same step next and
+reports it as it always did. An interrupt closes every side build's connection, which makes the
+engine stop it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from envbuild import engine, enginelost
+from envbuild.layering import SideStage
+from envbuild.names import Events
+
+SIDE_DOCKERFILE = "Dockerfile.envbuild-side"  # in a side build's context only, never in the folder
+
+
+def wanted(cli: Any, sides: Sequence[SideStage]) -> list[SideStage]:
+    """The side builds worth starting: none while every layer stage's cache image is in the engine
+    or only the rest's is missing; else venv-base, runtime-os and the stages found missing."""
+    missing = {s.name for s in sides if s.cached_by and not _cached(cli, s.cached_by)}
+    if not any(name.startswith("layer-") for name in missing):
+        return []
+    return [s for s in sides if not s.cached_by or s.name in missing]
+
+
+def _cached(cli: Any, labels: Sequence[tuple[str, str]]) -> bool:
+    return bool(cli.images.list(filters={"label": [f"{k}={v}" for k, v in labels]}))
+
+
+class _Side(threading.Thread):
+    """One side build, on a client of its own: closing it is how an interrupt stops the build."""
+
+    def __init__(self, stage: SideStage, context: Path, exclude: list[str], buildargs: dict[str, str], log: Path):
+        super().__init__(name=f"envbuild-side-{stage.name}", daemon=True)  # never holds the process at exit
+        self.stage, self.context, self.exclude, self.buildargs, self.log = stage, context, exclude, buildargs, log
+        self.client: Any = None
+        self.ran = 0  # steps that ran a container (not cached)
+        self.failed = ""
+        self.seconds = 0.0
+        self.said = False
+
+    def run(self) -> None:
+        from docker.utils import tar
+
+        t0 = time.monotonic()
+        try:
+            self.client = engine.client(timeout=enginelost.step_timeout())
+            with self.log.open("w", encoding="utf-8") as out:
+                archive = tar(
+                    str(self.context), exclude=self.exclude, dockerfile=(SIDE_DOCKERFILE, self.stage.dockerfile)
+                )
+                with archive:
+                    stream = self.client.api.build(
+                        fileobj=archive,
+                        custom_context=True,
+                        dockerfile=SIDE_DOCKERFILE,
+                        buildargs=self.buildargs,
+                        rm=True,
+                        forcerm=True,
+                        decode=True,
+                    )
+                    for chunk in stream:
+                        text = str(chunk.get("stream") or chunk.get("status") or "")
+                        out.write(text)
+                        self.ran += text.count("---> Running in ")
+                        if "error" in chunk:
+                            self.failed = str(chunk["error"]).strip()
+                            out.write(self.failed + "\n")
+        except Exception as exc:  # written down only: the whole build runs this step next and says why
+            self.failed = self.failed or f"{type(exc).__name__}: {exc}"
+        finally:
+            self.seconds = time.monotonic() - t0
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+def run(cli: Any, sides: Sequence[SideStage], context: Path, buildargs: dict[str, str], logs: Path, say: Events) -> int:
+    """Run the side builds worth running (`wanted`): venv-base and runtime-os at once, then every
+    stage that starts from venv-base at once. Returns how many steps they ran."""
+    chosen = wanted(cli, sides)
+    if not chosen:
+        return 0
+    logs.mkdir(parents=True, exist_ok=True)
+    folders = {s.wheels for s in sides if s.wheels}
+
+    def start(stage: SideStage) -> _Side:
+        side = _Side(stage, context, sorted(folders - {stage.wheels}), buildargs, logs / f"{stage.name}.log")
+        side.start()
+        return side
+
+    say("phase", "stages", f"{len(chosen)} stages side by side: {', '.join(s.name for s in chosen)}")
+    first = [start(s) for s in chosen if not s.after]
+    later: list[_Side] = []
+    try:
+        _wait([b for b in first if b.stage.name in {s.after for s in chosen}], say)
+        if not any(b.failed for b in first):  # else the whole build meets the failure and says why
+            later = [start(s) for s in chosen if s.after]
+        _wait([*first, *later], say)
+    except BaseException:
+        for side in [*first, *later]:
+            side.stop()
+        raise
+    return sum(b.ran for b in [*first, *later])
+
+
+def _wait(sides: list[_Side], say: Events) -> None:
+    """Until these have ended, saying each as it does. join() with a timeout: an interrupt still
+    reaches this thread while it waits."""
+    for side in sides:
+        while side.is_alive():
+            side.join(0.2)
+        if not side.said:
+            side.said = True
+            outcome = f"failed ({side.failed[:120]}); the build runs it next" if side.failed else "done"
+            say("phase", "stages", f"{side.stage.name} {outcome} in {side.seconds:.1f} s, {side.ran} steps ran")
