@@ -125,12 +125,15 @@ def run(cli: Any, sides: Sequence[SideStage], context: Path, buildargs: dict[str
 
 
 def _wait(sides: list[_Side], say: Events) -> None:
-    """Until these have ended, saying each as it does. join() with a timeout: an interrupt still
+    """Until these have ended, saying each as it ends. join() with a timeout: an interrupt still
     reaches this thread while it waits."""
-    for side in sides:
-        while side.is_alive():
-            side.join(0.2)
-        if not side.said:
-            side.said = True
-            outcome = f"failed ({side.failed[:120]}); the build runs it next" if side.failed else "done"
-            say("phase", "stages", f"{side.stage.name} {outcome} in {side.seconds:.1f} s, {side.ran} steps ran")
+    while True:
+        for side in sides:
+            if not side.is_alive() and not side.said:
+                side.said = True
+                outcome = f"failed ({side.failed[:120]}); the build runs it next" if side.failed else "done"
+                say("phase", "stages", f"{side.stage.name} {outcome} in {side.seconds:.1f} s, {side.ran} steps ran")
+        running = [side for side in sides if side.is_alive()]
+        if not running:
+            return
+        running[0].join(0.2)
