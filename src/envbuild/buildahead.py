@@ -43,7 +43,7 @@ def wanted(cli: Any, sides: Sequence[SideStage]) -> list[SideStage]:
 
 
 def _cached(cli: Any, labels: Sequence[tuple[str, str]]) -> bool:
-    return bool(cli.images.list(filters={"label": [f"{k}={v}" for k, v in labels]}))
+    return bool(cli.api.images(filters={"label": [f"{k}={v}" for k, v in labels]}, quiet=True))
 
 
 class _Side(threading.Thread):

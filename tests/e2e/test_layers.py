@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,5 +89,27 @@ def test_a_missing_layer_is_built_beside_the_others_and_no_step_runs_twice(
         result["built_image_id"], ["python", "-c", "import numpy, torch; print(numpy.__version__)"], remove=True
     )
     assert out.decode().strip() == "2.1.2"
-    for tag in docker_client.images.get(result["built_image_id"]).tags:
+    # stopped while its side builds run (numpy 2.1.1 now): it ends at once, and so do they (each
+    # side build's connection closes, and the engine stops that build)
+    profile.write_text(profile.read_text().replace('numpy: "2.1.2"', 'numpy: "2.1.1"'))
+    res = envbuild("lock", "cpu-py311", "--no-apt", "--find-links", WHEELS, cwd=proj)
+    assert res.returncode == 0, res.stderr[-3000:]
+    running_before = {c.id for c in docker_client.containers.list()}
+    cmd = [sys.executable, "-m", "envbuild", *local_build("cpu-py311", f"{repo_name}-sides"), "--no-smoke"]
+    proc = subprocess.Popen(cmd, cwd=proj, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "venv-base done" in line:  # the layer stages have just started
+            break
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - stopped < 15
+    deadline = time.monotonic() + 15
+    while {c.id for c in docker_client.containers.list()} - running_before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not {c.id for c in docker_client.containers.list()} - running_before, "a side build kept running"
+    assert docker_client.images.get(f"{repo_name}-sides:cpu-py311-untested").id == result["image_id"]  # not moved
+    for tag in docker_client.images.get(result["image_id"]).tags:
         docker_client.images.remove(tag)

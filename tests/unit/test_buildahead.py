@@ -86,12 +86,12 @@ def test_render_alone_makes_no_side_stages_and_the_dockerfile_is_unchanged(engin
     assert _stages(built)[1].keys() == _stages(whole)[1].keys()
 
 
-class _Images:
+class _Api:
     def __init__(self, present: set[str]) -> None:
         self.present = present
         self.asked: list[list[str]] = []
 
-    def list(self, filters: dict[str, list[str]]) -> list[str]:
+    def images(self, filters: dict[str, list[str]], quiet: bool) -> list[str]:
         self.asked.append(filters["label"])
         sha = next(f for f in filters["label"] if f.startswith("io.envbuild.layer-sha256="))
         return ["image"] if sha.split("=", 1)[1] in self.present else []
@@ -99,7 +99,7 @@ class _Images:
 
 class _Engine:
     def __init__(self, present: set[str]) -> None:
-        self.images = _Images(present)
+        self.api = _Api(present)
 
 
 def _sha(side: SideStage) -> str:
@@ -125,4 +125,4 @@ def test_side_builds_start_only_where_a_layer_is_missing(
     engine: Any = _Engine({_sha(s) for s in sides if s.cached_by and s.name not in missing})
     assert [s.name for s in buildahead.wanted(engine, sides)] == started
     # each layer is looked up by its part of the lockfile and the project, not by its part alone
-    assert all(any(f.startswith("org.opencontainers.image.source=") for f in asked) for asked in engine.images.asked)
+    assert all(any(f.startswith("org.opencontainers.image.source=") for f in asked) for asked in engine.api.asked)
