@@ -87,6 +87,7 @@ def _sdk_build(
             nocache=opts.no_cache,
             pull=opts.pull,
             decode=True,
+            timeout=cli.api.timeout,  # docker-py's default (None) reads a build's stream with no time limit
         )
     except OSError as exc:
         # the SDK packs the context into a temporary file first; its own message ("Can not read

@@ -13,9 +13,10 @@ which; render.layer_cache_labels). A rebuild that finds them all, or that change
 runs as before: side builds would only add the sending of their contexts. Never with --no-cache:
 the whole build would not use what they made. BuildKit runs stages side by side by itself.
 
-A side build that fails is only written to its log: the whole build runs the same step next and
-reports it as it always did. An interrupt closes every side build's connection, which makes the
-engine stop it.
+A side build whose step fails is only written to its log: the whole build runs the same step next
+and reports it as it always did. One that lost the engine (no answer within ENVBUILD_STEP_TIMEOUT,
+or a dropped connection) ends the build with that error at once. An interrupt closes every side
+build's connection, which makes the engine stop it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import engine, enginelost
+from envbuild.errors import EngineUnavailable
 from envbuild.layering import SideStage
 from envbuild.names import Events
 
@@ -53,8 +55,10 @@ class _Side(threading.Thread):
         super().__init__(name=f"envbuild-side-{stage.name}", daemon=True)  # never holds the process at exit
         self.stage, self.context, self.exclude, self.buildargs, self.log = stage, context, exclude, buildargs, log
         self.client: Any = None
+        self.timeout = enginelost.step_timeout()
         self.ran = 0  # steps that ran a container (not cached)
         self.failed = ""
+        self.error: Exception | None = None
         self.seconds = 0.0
         self.said = False
 
@@ -63,7 +67,7 @@ class _Side(threading.Thread):
 
         t0 = time.monotonic()
         try:
-            self.client = engine.client(timeout=enginelost.step_timeout())
+            self.client = engine.client(timeout=self.timeout)
             with self.log.open("w", encoding="utf-8") as out:
                 archive = tar(
                     str(self.context), exclude=self.exclude, dockerfile=(SIDE_DOCKERFILE, self.stage.dockerfile)
@@ -77,6 +81,7 @@ class _Side(threading.Thread):
                         rm=True,
                         forcerm=True,
                         decode=True,
+                        timeout=self.timeout,
                     )
                     for chunk in stream:
                         text = str(chunk.get("stream") or chunk.get("status") or "")
@@ -85,8 +90,9 @@ class _Side(threading.Thread):
                         if "error" in chunk:
                             self.failed = str(chunk["error"]).strip()
                             out.write(self.failed + "\n")
-        except Exception as exc:  # written down only: the whole build runs this step next and says why
+        except Exception as exc:  # written down: the whole build runs this step next and says why
             self.failed = self.failed or f"{type(exc).__name__}: {exc}"
+            self.error = exc
         finally:
             self.seconds = time.monotonic() - t0
 
@@ -97,8 +103,21 @@ class _Side(threading.Thread):
 
 def run(cli: Any, sides: Sequence[SideStage], context: Path, buildargs: dict[str, str], logs: Path, say: Events) -> int:
     """Run the side builds worth running (`wanted`): venv-base and runtime-os at once, then every
-    stage that starts from venv-base at once. Returns how many steps they ran."""
-    chosen = wanted(cli, sides)
+    stage that starts from venv-base at once. Returns how many steps they ran; raises
+    EngineUnavailable at once when a side build lost the engine (the whole build would only wait
+    for it again)."""
+    return run_stages(wanted(cli, sides), sides, context, buildargs, logs, say)
+
+
+def run_stages(
+    chosen: Sequence[SideStage],
+    sides: Sequence[SideStage],
+    context: Path,
+    buildargs: dict[str, str],
+    logs: Path,
+    say: Events,
+) -> int:
+    """`run` for the side builds chosen."""
     if not chosen:
         return 0
     logs.mkdir(parents=True, exist_ok=True)
@@ -121,7 +140,24 @@ def run(cli: Any, sides: Sequence[SideStage], context: Path, buildargs: dict[str
         for side in [*first, *later]:
             side.stop()
         raise
+    for side in [*first, *later]:
+        lost = _lost(side)
+        if lost is not None:
+            raise lost
     return sum(b.ran for b in [*first, *later])
+
+
+def _lost(side: _Side) -> EngineUnavailable | None:
+    """The engine error a side build met, if it was one: a hung or vanished engine, not a failed step."""
+    if side.error is None or isinstance(side.error, EngineUnavailable):
+        found = side.error
+    else:  # the build's stream is read outside requests' send, where enginelost.guard sees nothing
+        found = enginelost.lost(
+            side.error, engine.engine_url()[0], f"the side build of {side.stage.name}", side.timeout
+        )
+    if found is not None:
+        found.hint += f"; that build's output so far is in {side.log}"
+    return found
 
 
 def _wait(sides: list[_Side], say: Events) -> None:

@@ -174,3 +174,54 @@ def test_a_smoke_wait_that_runs_out_is_the_smoke_timeout_and_a_lost_engine_is_no
     assert removed == [True]  # the container goes either way
     if timed_out:
         assert "did not finish within 5s" in caught.value.message
+
+
+def test_a_side_build_that_loses_the_engine_ends_the_build_at_once(
+    half_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage run beside the others (buildahead) that meets a hung or vanished engine: the build
+    ends with the engine error naming that side build's log, instead of waiting for the engine once
+    more in the whole build that would follow."""
+    from envbuild import buildahead
+    from envbuild.layering import SideStage
+    from envbuild.names import quiet
+
+    monkeypatch.setenv("ENVBUILD_STEP_TIMEOUT", "1")
+    (tmp_path / "context").mkdir()
+    (tmp_path / "context" / "file").write_text("x")
+    stage = SideStage("runtime-os", "FROM scratch\n", "", "", ())
+    t0 = time.monotonic()
+    with pytest.raises(EngineNoAnswer) as caught:
+        buildahead.run_stages([stage], [stage], tmp_path / "context", {}, tmp_path / "stages", quiet)
+    assert time.monotonic() - t0 < 10
+    err = caught.value
+    assert err.timed_out is (half_engine == "hang")
+    assert "POST /" in err.message and "/build" in err.message and engine.engine_url()[0] in err.message
+    assert str(tmp_path / "stages" / "runtime-os.log") in err.hint
+
+
+def test_a_build_on_an_engine_that_hangs_ends_within_the_step_timeout(
+    half_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docker-py reads a build's stream with no time limit unless given one: a build on a wedged
+    engine waited for as long as the engine kept the connection (forever, for a hung dockerd)."""
+    from envbuild import build
+    from envbuild.buildctx import BuildOptions
+    from envbuild.buildfail import BuildLog
+    from envbuild.names import quiet
+    from envbuild.profile import Profile
+    from tests.conftest import VALID
+
+    monkeypatch.setenv("ENVBUILD_STEP_TIMEOUT", "1")
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    cli = engine.client(timeout=enginelost.step_timeout())
+    log = BuildLog(tmp_path / "build.log")
+    t0 = time.monotonic()
+    with pytest.raises(EngineNoAnswer) as caught:
+        build._sdk_build(
+            cli, tmp_path, Profile.model_validate(VALID), buildargs={}, opts=BuildOptions(), log=log, say=quiet
+        )
+    log.close()
+    assert time.monotonic() - t0 < 10  # the server holds a hung request for 30 s
+    assert caught.value.timed_out is (half_engine == "hang")
+    assert "POST /" in caught.value.message and "/build" in caught.value.message
