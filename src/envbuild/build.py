@@ -204,7 +204,7 @@ def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any] | None) ->
         return image_id
     line = " ".join(f'{k}="{v}"' for k, v in labels.items())
     dockerfile = f"FROM {image_id}\nLABEL {line}\n"
-    image, _ = cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True)
+    image, _ = cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, timeout=cli.api.timeout)
     return str(image.id)
 
 
