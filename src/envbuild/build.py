@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildahead, buildctx, buildfail, buildkit, engine, enginelost, hostgpu, smokerecord
+from envbuild import buildahead, buildctx, buildfail, buildkit, engine, enginelost, hostgpu
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
@@ -27,14 +27,8 @@ from envbuild.errors import SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.localimage import repository
 from envbuild.names import (
-    ENV_DIGEST_PATH,
     LABEL_CONTENT_DIGEST,
-    LABEL_ENV_DIGEST,
-    LABEL_SMOKE,
     LABEL_SMOKE_GPU,
-    LABEL_SMOKE_RECORD,
-    LABEL_SMOKE_REPORT_VERSION,
-    LABEL_SMOKE_TESTED_IMAGE,
     MACHINE_PLATFORMS,
     UNTESTED,
     Events,
@@ -46,6 +40,7 @@ from envbuild.names import (
 from envbuild.plan import Plan
 from envbuild.profile import Profile
 from envbuild.project import Project
+from envbuild.smoke.labels import mark_smoke_passed
 
 __all__ = ["BuildOptions", "BuildResult", "build", "building", "context_only", "exclusive", "mark_smoke_passed"]
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
@@ -177,35 +172,6 @@ def _buildkit_build(
     if rc != 0 or not iid.exists():
         raise log.error(prof.name, f"BuildKit exited with {rc}")
     return iid.read_text().strip()
-
-
-def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any] | None) -> str:
-    """A child image that only adds labels: the environment's digest (from the manifest the build
-    wrote) and, when `report` is given, that the smoke test passed on `image_id`. The record travels
-    with the image ID (to the registry too): any checkout, machine or registry client can tell a
-    tested image from an untested one."""
-    import io
-
-    labels = {}
-    env_digest = engine.read_file(cli, image_id, ENV_DIGEST_PATH).strip()
-    if len(env_digest) == 64:  # images built from older templates have none
-        labels[LABEL_ENV_DIGEST] = env_digest
-    if report is not None:
-        labels[LABEL_SMOKE] = "passed"
-        labels[LABEL_SMOKE_TESTED_IMAGE] = image_id
-        labels[LABEL_SMOKE_REPORT_VERSION] = str(report["report_version"])
-        labels[LABEL_SMOKE_GPU] = next((c["status"] for c in report["checks"] if c["name"] == "gpu"), "skip")
-        # What the test saw, as the child will carry it: the tested image's layers and config, its
-        # labels and the env digest added here (smokerecord.py: how a derived image is told apart).
-        tested = cli.api.inspect_image(image_id)
-        seen = {**((tested.get("Config") or {}).get("Labels") or {}), **labels}
-        labels[LABEL_SMOKE_RECORD] = smokerecord.digest(tested, seen)
-    if not labels:
-        return image_id
-    line = " ".join(f'{k}="{v}"' for k, v in labels.items())
-    dockerfile = f"FROM {image_id}\nLABEL {line}\n"
-    image, _ = cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, timeout=cli.api.timeout)
-    return str(image.id)
 
 
 def _build_lock(project: Project, name: str) -> Path:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from envbuild import engine, smokerecord
 from envbuild.names import (
+    ENV_DIGEST_PATH,
     LABEL_ACCELERATOR,
     LABEL_CUDA,
     LABEL_ENV_DIGEST,
@@ -16,6 +18,11 @@ from envbuild.names import (
     LABEL_PROFILE,
     LABEL_PYTHON,
     LABEL_ROCM,
+    LABEL_SMOKE,
+    LABEL_SMOKE_GPU,
+    LABEL_SMOKE_RECORD,
+    LABEL_SMOKE_REPORT_VERSION,
+    LABEL_SMOKE_TESTED_IMAGE,
     LABEL_TORCH,
 )
 
@@ -81,3 +88,32 @@ def add(labels: Mapping[str, str], report: dict[str, Any]) -> None:
     if entry["status"] == "fail":
         report["passed"] = False
         report.setdefault("failed", []).append(NAME)
+
+
+def mark_smoke_passed(cli: Any, image_id: str, report: dict[str, Any] | None) -> str:
+    """A child image that only adds labels: the environment's digest (from the manifest the build
+    wrote) and, when `report` is given, that the smoke test passed on `image_id`. The record travels
+    with the image ID (to the registry too): any checkout, machine or registry client can tell a
+    tested image from an untested one."""
+    import io
+
+    labels = {}
+    env_digest = engine.read_file(cli, image_id, ENV_DIGEST_PATH).strip()
+    if len(env_digest) == 64:  # images built from older templates have none
+        labels[LABEL_ENV_DIGEST] = env_digest
+    if report is not None:
+        labels[LABEL_SMOKE] = "passed"
+        labels[LABEL_SMOKE_TESTED_IMAGE] = image_id
+        labels[LABEL_SMOKE_REPORT_VERSION] = str(report["report_version"])
+        labels[LABEL_SMOKE_GPU] = next((c["status"] for c in report["checks"] if c["name"] == "gpu"), "skip")
+        # What the test saw, as the child will carry it: the tested image's layers and config, its
+        # labels and the env digest added here (smokerecord.py: how a derived image is told apart).
+        tested = cli.api.inspect_image(image_id)
+        seen = {**((tested.get("Config") or {}).get("Labels") or {}), **labels}
+        labels[LABEL_SMOKE_RECORD] = smokerecord.digest(tested, seen)
+    if not labels:
+        return image_id
+    line = " ".join(f'{k}="{v}"' for k, v in labels.items())
+    dockerfile = f"FROM {image_id}\nLABEL {line}\n"
+    image, _ = cli.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, forcerm=True, timeout=cli.api.timeout)
+    return str(image.id)
