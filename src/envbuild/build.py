@@ -69,12 +69,20 @@ class BuildResult:
 
 
 def _sdk_build(
-    cli: Any, ctx: Path, prof: Profile, *, buildargs: dict[str, str], opts: BuildOptions, log: BuildLog, say: Events
+    cli: Any,
+    ctx: Path,
+    prof: Profile,
+    *,
+    buildargs: dict[str, str],
+    opts: BuildOptions,
+    log: BuildLog,
+    say: Events,
+    source: dict[str, Any] | None = None,  # what to send (buildahead.whole_build_source); default: the folder
 ) -> str:
+    source = source or {"path": str(ctx), "dockerfile": "Dockerfile"}
     try:
         stream = cli.api.build(
-            path=str(ctx),
-            dockerfile="Dockerfile",
+            **source,
             target="runtime",
             buildargs=buildargs,
             rm=True,
@@ -100,6 +108,9 @@ def _sdk_build(
         quiet = f"; a step that runs longer without output: raise {enginelost.STEP_TIMEOUT_ENV}"
         found.hint += f"; the build's output so far is in {log.path}" + (quiet if found.timed_out else "")
         raise found from exc
+    finally:
+        if "fileobj" in source:  # a temporary file
+            source["fileobj"].close()
     if not image_id:
         raise log.error(prof.name, "the engine finished without an image ID")
     return image_id
@@ -274,9 +285,16 @@ def _run_builder(cli: Any, ctx: buildctx.Context, prof: Profile, opts: BuildOpti
         import docker
 
         try:
-            if not opts.no_cache:  # the whole build would not use what they make
+            source = None
+            if not opts.no_cache:  # the whole build would not use what side builds make, nor take their images
                 log.ran += buildahead.run(cli, ctx.sides, ctx.directory, ctx.buildargs, log.path.parent / "stages", say)
-            return _sdk_build(cli, ctx.directory, prof, buildargs=ctx.buildargs, opts=opts, log=log, say=say)
+                try:
+                    source = buildahead.whole_build_source(cli, ctx, say)
+                except OSError as exc:  # packing the context: a full disk, as in _sdk_build
+                    raise buildfail.packing_error(ctx.directory, exc) from exc
+            return _sdk_build(
+                cli, ctx.directory, prof, buildargs=ctx.buildargs, opts=opts, log=log, say=say, source=source
+            )
         except docker.errors.APIError as exc:
             log.line(str(exc))
             raise log.error(prof.name, str(exc.explanation or exc)) from exc

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from envbuild import engine, enginelost
+from envbuild.buildctx import Context
 from envbuild.errors import EngineUnavailable
 from envbuild.layering import SideStage
-from envbuild.names import Events
+from envbuild.names import LABEL_STAGE_SHA, Events
 
 SIDE_DOCKERFILE = "Dockerfile.envbuild-side"  # in a side build's context only, never in the folder
 
@@ -173,3 +174,39 @@ def _wait(sides: list[_Side], say: Events) -> None:
         if not running:
             return
         running[0].join(0.2)
+
+
+MAIN_DOCKERFILE = "Dockerfile.envbuild-taking"  # in the whole build's context when it takes stage images
+
+
+def substitutes(cli: Any, sides: Sequence[SideStage], base: str) -> dict[str, str]:
+    """{layer: image ID} for each layer stage whose image the engine has, made from this build's very
+    inputs (its labels: LABEL_STAGE_SHA) on this build's base image (its history holds the base's
+    ID: a base rebuilt or pulled anew under the same name is another base). The newest such."""
+    base_id = cli.api.inspect_image(base)["Id"]
+    found: dict[str, str] = {}
+    for side in sides:
+        if not side.name.startswith("layer-") or not any(k == LABEL_STAGE_SHA for k, _ in side.cached_by):
+            continue
+        rows = cli.api.images(filters={"label": [f"{k}={v}" for k, v in side.cached_by]})
+        for row in sorted(rows, key=lambda r: int(r.get("Created") or 0), reverse=True):
+            if base_id in {h.get("Id") for h in cli.api.history(row["Id"])}:
+                found[side.name.removeprefix("layer-")] = str(row["Id"])
+                break
+    return found
+
+
+def whole_build_source(cli: Any, ctx: Context, say: Events) -> dict[str, Any]:
+    """What the whole build sends: the context folder as it is; or, where it can take layer stages'
+    images (`substitutes`), the folder without those layers' wheels and with a Dockerfile that takes
+    them. docker-py sends the whole folder on every classic build (torch's wheel alone is ~200 MB
+    for a CPU profile, gigabytes for CUDA), while a cached step needs none of it."""
+    images = substitutes(cli, ctx.sides, ctx.plan.base.image) if ctx.taking is not None else {}
+    if not images or ctx.taking is None:
+        return {"path": str(ctx.directory), "dockerfile": "Dockerfile"}
+    from docker.utils import tar
+
+    say("phase", "stages", f"taking {', '.join(f'layer-{g}' for g in images)} from the engine; their wheels stay here")
+    folders = [s.wheels for s in ctx.sides if s.name.removeprefix("layer-") in images and s.wheels]
+    archive = tar(str(ctx.directory), exclude=folders, dockerfile=(MAIN_DOCKERFILE, ctx.taking(images)))
+    return {"fileobj": archive, "custom_context": True, "dockerfile": MAIN_DOCKERFILE}

@@ -97,6 +97,7 @@ class Context:
     pending: Callable[[], None] | None = None
     # the stages a classic build may run side by side before the whole (buildahead.py)
     sides: tuple[layering.SideStage, ...] = ()
+    taking: Callable[[dict[str, str]], str] | None = None  # the Dockerfile, taking images for layer stages
 
     @property
     def dockerfile(self) -> Path:
@@ -305,13 +306,8 @@ def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int, apt_sha:
         LABEL_NUMPY: prof.numpy,
         LABEL_ACCELERATOR: prof.accelerator,
     }
-    if apt_sha:
-        labels[LABEL_APT_LOCK_SHA] = apt_sha
-    if prof.cuda:
-        labels[LABEL_CUDA] = prof.cuda
-    if prof.rocm:
-        labels[LABEL_ROCM] = prof.rocm
-    return labels
+    optional = {LABEL_APT_LOCK_SHA: apt_sha, LABEL_CUDA: prof.cuda, LABEL_ROCM: prof.rocm}
+    return {**labels, **{k: v for k, v in optional.items() if v}}
 
 
 def prepare(
@@ -344,10 +340,7 @@ def prepare(
         if sbomdoc.validation_key(sbom_text) != _read_or_empty(marker):
             pending = functools.partial(_check_sbom, sbom_text, marker)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
-    tool, uv_binary = layering.installer(built, platform)
-    outputs, groups, sides = layering.render_for(
-        built, lock.pins, lock.apt, labels, tool, lock.text, from_source=lock.from_source
-    )
+    outputs, groups, sides, taking, uv_binary = layering.for_build(built, lock, labels, platform, ca_text)
     ctx = project.work_dir(prof.name) / "context"
     if ctx.exists():
         shutil.rmtree(ctx)
@@ -396,4 +389,4 @@ def prepare(
     for path in sorted(ctx.rglob("*")):
         if not path.is_symlink() and path.suffix != ".whl" and path.parent.name != "tools":
             os.utime(path, (epoch, epoch))
-    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch, pending, sides)
+    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch, pending, sides, taking)

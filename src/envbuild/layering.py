@@ -5,9 +5,11 @@ into the context by buildctx; the golden files render through here too.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform as host
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,9 @@ def _digests(lock_text: str, groups: dict[str, tuple[str, ...]]) -> dict[str, st
     return {g: hashlib.sha256(files[f"requirements.{g}.lock"].encode()).hexdigest() for g in groups}
 
 
+Taking = Callable[[dict[str, str]], str]  # {layer: image ID} -> the Dockerfile taking them for those stages
+
+
 @dataclass(frozen=True)
 class SideStage:
     """A stage of a layered Dockerfile that a build can run as a build of its own, beside the others
@@ -150,28 +155,52 @@ def render_for(
     lock_text: str = "",
     *,
     from_source: frozenset[str] = frozenset(),
+    stage_inputs: str = "",
+    stage_images: dict[str, str] | None = None,
 ) -> tuple[dict[str, str], dict[str, tuple[str, ...]], tuple[SideStage, ...]]:
     """What `build` renders from a lock: the outputs, with the environment split into layers and the
     OS packages pinned by apt.lock; the layer groups it split by; and, for a build (`labels`) of a
     layered Dockerfile, the stages a side build can run. `from_source`: the packages with no wheel
-    (lockfile.sdist_only), built from their sdists in the builder stage."""
+    (lockfile.sdist_only), built from their sdists in the builder stage. `stage_inputs`: a digest of
+    the files the layer stages copy in besides wheels and their lockfile parts (buildctx); with
+    `stage_images` ({layer: image}) the Dockerfile takes those images for those layers' stages."""
     groups = layer_groups(plan, pins, lock_text, from_source) if plan.profile.flavor == "venv" else {}
     built = list(source_built(groups, from_source))
-    extra = {"installer": installer_name, "fixed_mtime": FIXED_MTIME, "from_source": built}
+    extra: dict[str, Any] = {"installer": installer_name, "fixed_mtime": FIXED_MTIME, "from_source": built}
     digests = _digests(lock_text, groups) if labels else {}  # they go only into the labels
     # stage -> (its group's wheel folder, the stage it starts from, the group its cache labels are of)
     shape = {"venv-base": ("", "", ""), "runtime-os": ("", "", "")}
     shape.update({f"layer-{g}": (f"wheels/{g}", "venv-base", g) for g in groups if g != "rest"})
     shape["builder"] = ("wheels/rest", "venv-base", "rest")
     stages = tuple(shape) if labels and len(groups) > 1 else ()
+    layers = [g for g in groups if g != "rest"] if stages else []
+    # what each layer stage is made of: its lines and venv-base's (rendered without the label they go
+    # into), the files they copy in and its part of the lockfile; the base image is checked apart
+    stage_texts = tuple(f"layer-{g}" for g in layers)
+    bare = render.render(plan, apt=apt_context(apt), layers=groups, extra=extra, stages=stage_texts) if layers else {}
+    parts = group_files(lock_text, groups, from_source) if layers else {}
+    made_of = {
+        g: hashlib.sha256(
+            "\0".join((bare[f"Dockerfile@layer-{g}"], stage_inputs, parts[f"requirements.{g}.lock"])).encode()
+        ).hexdigest()
+        for g in layers
+    }
+    extra["stage_images"] = stage_images or {}
     outputs = render.render(
-        plan, labels=labels, apt=apt_context(apt), layers=groups, layer_digests=digests, extra=extra, stages=stages
+        plan,
+        labels=labels,
+        apt=apt_context(apt),
+        layers=groups,
+        layer_digests=digests,
+        extra=extra,
+        stages=stages,
+        stage_digests=made_of,
     )
     # a stage's cache image as any profile of this project leaves it: a second profile with the same
     # torch layer on the same base finds the first one's steps in the cache
     cache_labels = {
         g: tuple((k, v) for k, v in pairs if k != LABEL_PROFILE)
-        for g, pairs in render.layer_cache_labels(labels or {}, digests).items()
+        for g, pairs in render.layer_cache_labels(labels or {}, digests, made_of).items()
     }
     sides = tuple(
         SideStage(s, outputs.pop(f"Dockerfile@{s}"), shape[s][0], shape[s][1], cache_labels.get(shape[s][2], ()))
@@ -214,3 +243,51 @@ def apt_files(lock: LockSnapshot) -> dict[str, str]:
         files[f"{stage}.sha256"] = apt.sha256_list(stage)
         files[f"{stage}.expect"] = "".join(f"{line}\n" for line in apt.expected(stage))
     return files
+
+
+def stage_inputs(lock: LockSnapshot, ca_text: str | None, uv_binary: Path | None) -> str:
+    """A digest of what the layer stages copy in besides their wheels and lockfile parts: the CA
+    bundle (certs/), uv and manifest.py (tools/), the apt/ files. Part of each layer stage's
+    LABEL_STAGE_SHA: the same digest, the same steps' inputs."""
+    from envbuild.plan import smoke_sources
+
+    digest = hashlib.sha256()
+    apt = apt_files(lock) if lock.apt is not None else {}
+    for name, text in [("ca", ca_text or ""), ("manifest.py", smoke_sources()["manifest.py"]), *sorted(apt.items())]:
+        digest.update(f"{name}\0{text}\0".encode())
+    if uv_binary is not None:
+        with uv_binary.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def for_build(
+    plan: Plan, lock: LockSnapshot, labels: dict[str, str], platform: str, ca_text: str | None
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]], tuple[SideStage, ...], Taking, Path | None]:
+    """A build's render (`render_for`) with the installer for `platform`, and the same render taking
+    images for layer stages (`dockerfile_taking`); and the uv binary the context gets, if any."""
+    tool, uv_binary = installer(plan, platform)
+    inputs = stage_inputs(lock, ca_text, uv_binary)
+    outputs, groups, sides = render_for(
+        plan, lock.pins, lock.apt, labels, tool, lock.text, from_source=lock.from_source, stage_inputs=inputs
+    )
+    return outputs, groups, sides, functools.partial(dockerfile_taking, plan, lock, labels, tool, inputs), uv_binary
+
+
+def dockerfile_taking(
+    plan: Plan, lock: LockSnapshot, labels: dict[str, str], tool: str, inputs: str, images: dict[str, str]
+) -> str:
+    """The build's Dockerfile with `images` ({layer: image ID}) taken for those layers' stages."""
+    outputs, _, _ = render_for(
+        plan,
+        lock.pins,
+        lock.apt,
+        labels,
+        tool,
+        lock.text,
+        from_source=lock.from_source,
+        stage_inputs=inputs,
+        stage_images=images,
+    )
+    return outputs["Dockerfile"]

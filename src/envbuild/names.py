@@ -50,6 +50,11 @@ LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
 # Not the lockfile's: a re-lock that leaves a layer alone must leave its stage's image ID alone, or
 # the runtime's COPY --from hashes that layer's files again (2 s for torch's 1.1 GB, minutes for CUDA).
 LABEL_LAYER_SHA = f"{LABEL_NS}.layer-sha256"
+# On a layer stage's cache image too: the sha256 of everything its steps are made of but the base
+# image (its lines and venv-base's, the files they copy in, its part of the lockfile). A build takes
+# such an image for the stage, without its wheels, only when it also descends from the base image
+# of this build (buildahead.substitutes).
+LABEL_STAGE_SHA = f"{LABEL_NS}.stage-sha256"
 # Every file of an image's environment gets this time (1980-01-01, the oldest a zip archive can
 # hold): a layer's bytes then depend on what is in it, not on when it was built.
 FIXED_MTIME = 315532800

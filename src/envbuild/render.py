@@ -25,6 +25,7 @@ from envbuild.names import (
     LABEL_PROFILE,
     LABEL_SOURCE,
     LABEL_STAGE,
+    LABEL_STAGE_SHA,
 )
 from envbuild.plan import TEMPLATE_NAMES, Plan, default_templates_dir
 
@@ -94,6 +95,7 @@ def context(
     layers: dict[str, tuple[str, ...]] | None = None,
     layer_digests: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
+    stage_digests: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """What the templates see: the plan's facts under the names the templates use. `apt` is what the
     build read from apt.lock (pins per stage, the snapshot and dpkg-list commands), else NO_APT."""
@@ -101,6 +103,7 @@ def context(
     return {
         "installer": "pip",
         "stage_only": "",  # one stage for a side build (buildahead.py); empty: the whole Dockerfile
+        "stage_images": {},  # layer -> an image in the engine that a build takes for its stage (buildahead)
         "fixed_mtime": FIXED_MTIME,
         **(extra or {}),
         **(apt or NO_APT),
@@ -136,19 +139,26 @@ def context(
         if labels
         else [],
         # A layer stage's: its own part of the lockfile, not the whole (see LABEL_LAYER_SHA)
-        "layer_builder_labels": layer_cache_labels(labels, layer_digests) if labels else {},
+        "layer_builder_labels": layer_cache_labels(labels, layer_digests, stage_digests) if labels else {},
     }
 
 
 def layer_cache_labels(
-    labels: dict[str, str], layer_digests: dict[str, str] | None
+    labels: dict[str, str], layer_digests: dict[str, str] | None, stage_digests: dict[str, str] | None = None
 ) -> dict[str, list[tuple[str, str]]]:
     """{layer: the labels its stage's cache image carries}: its own part of the lockfile, not the
-    whole (see LABEL_LAYER_SHA). The Dockerfile sets them; a build looks for them (buildahead)."""
+    whole (see LABEL_LAYER_SHA), and what its steps are made of (LABEL_STAGE_SHA). The Dockerfile
+    sets them; a build looks for them (buildahead)."""
     keep = _BUILDER_LABEL_KEYS - {LABEL_LOCK_SHA}
+    stages = stage_digests or {}
     return {
         group: sorted(
-            [(LABEL_STAGE, "builder"), (LABEL_LAYER_SHA, digest), *((k, v) for k, v in labels.items() if k in keep)]
+            [
+                (LABEL_STAGE, "builder"),
+                (LABEL_LAYER_SHA, digest),
+                *([(LABEL_STAGE_SHA, stages[group])] if group in stages else []),
+                *((k, v) for k, v in labels.items() if k in keep),
+            ]
         )
         for group, digest in (layer_digests or {}).items()
     }
@@ -186,12 +196,14 @@ def render(
     layer_digests: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
     stages: tuple[str, ...] = (),
+    stage_digests: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Render every output of a plan: {file name: text}. Same inputs, same bytes. `stages`: also
     the Dockerfile of each of these stages alone (with the ones it starts from), as "Dockerfile@STAGE"."""
     jinja2 = _env()
     env = make_environment(plan.templates_dir)
-    ctx = context(plan, labels=labels, apt=apt, layers=layers, layer_digests=layer_digests, extra=extra)
+    digests = {"layer_digests": layer_digests, "stage_digests": stage_digests}
+    ctx = context(plan, labels=labels, apt=apt, layers=layers, extra=extra, **digests)
     out: dict[str, str] = {}
     for template_name in TEMPLATE_NAMES[plan.profile.flavor]:
         try:

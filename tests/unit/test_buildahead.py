@@ -71,7 +71,12 @@ def test_each_side_stage_is_the_whole_dockerfiles_own_steps(engineless_project: 
     # the labels a layer stage's cache image is found by are the ones its LABEL step sets
     # (of any profile of the project: a second profile with the same torch layer finds the first one's)
     torch_labels = dict(by_name["layer-torch"].cached_by)
-    assert torch_labels.keys() == {"io.envbuild.stage", "io.envbuild.layer-sha256", "org.opencontainers.image.source"}
+    assert torch_labels.keys() == {
+        "io.envbuild.stage",
+        "io.envbuild.layer-sha256",
+        "io.envbuild.stage-sha256",
+        "org.opencontainers.image.source",
+    }
     label_step = next(s for s in stages["layer-torch"] if s.startswith("LABEL io.envbuild.layer-sha256"))
     assert all(f'{k}="{v}"' in label_step for k, v in torch_labels.items())
     assert by_name["venv-base"].cached_by == by_name["runtime-os"].cached_by == ()
@@ -126,3 +131,56 @@ def test_side_builds_start_only_where_a_layer_is_missing(
     assert [s.name for s in buildahead.wanted(engine, sides)] == started
     # each layer is looked up by its part of the lockfile and the project, not by its part alone
     assert all(any(f.startswith("org.opencontainers.image.source=") for f in asked) for asked in engine.api.asked)
+
+
+class _Engine2:
+    """Images with labels and histories, as the engine lists them."""
+
+    def __init__(self, images: list[dict[str, Any]], base_id: str) -> None:
+        self.images_ = images
+        self.base_id = base_id
+        self.api = self
+
+    def inspect_image(self, ref: str) -> dict[str, str]:
+        return {"Id": self.base_id}
+
+    def images(self, filters: dict[str, list[str]]) -> list[dict[str, Any]]:
+        wanted = dict(f.split("=", 1) for f in filters["label"])
+        return [i for i in self.images_ if wanted.items() <= i["Labels"].items()]
+
+    def history(self, image: str) -> list[dict[str, str]]:
+        return [{"Id": a} for a in next(i for i in self.images_ if i["Id"] == image)["ancestors"]]
+
+
+def test_a_stage_image_is_taken_only_from_these_inputs_on_this_base(engineless_project: Path) -> None:
+    _, sides = _render(engineless_project, "cpu-py311", LABELS)
+    torch = dict(next(s for s in sides if s.name == "layer-torch").cached_by)
+
+    def image(name: str, created: int, ancestors: list[str], **changed: str) -> dict[str, Any]:
+        return {"Id": name, "Created": created, "Labels": {**torch, **changed}, "ancestors": [name, *ancestors]}
+
+    on_base = [image("old", 1, ["venv", "base"]), image("new", 2, ["venv", "base"])]
+    assert buildahead.substitutes(_Engine2(on_base, "base"), sides, "debian") == {"torch": "new"}  # the newest
+    # the same labels over another base (rebuilt or pulled anew under the same name): not taken
+    assert buildahead.substitutes(_Engine2(on_base, "another-base"), sides, "debian") == {}
+    # made of other inputs (another template, CA bundle, uv or lockfile part): not taken
+    other = [image("x", 3, ["base"], **{"io.envbuild.stage-sha256": "0" * 64})]
+    assert buildahead.substitutes(_Engine2(other, "base"), sides, "debian") == {}
+    # a render without them (no labels: `envbuild render`) takes nothing and asks nothing
+    assert (
+        buildahead.substitutes(_Engine2(on_base, "base"), _render(engineless_project, "cpu-py311", None)[1], "x") == {}
+    )
+
+
+def test_the_dockerfile_taking_an_image_for_a_stage_keeps_every_other_step(engineless_project: Path) -> None:
+    project = open_project(str(engineless_project))
+    plan = plan_mod.make(project, load_named(project, "cpu-py311"))
+    text = (engineless_project / "lockfiles" / "cpu-py311" / "requirements.lock").read_text()
+    pins = lockfile.parse_requirements(text)
+    whole = layering.render_for(plan, pins, None, LABELS, "uv", text)[0]["Dockerfile"]
+    taking = layering.render_for(plan, pins, None, LABELS, "uv", text, stage_images={"torch": "sha256:" + "a" * 64})
+    head, stages = _stages(whole)
+    taken_head, taken = _stages(taking[0]["Dockerfile"])
+    assert taken_head == head and taken.keys() == stages.keys()
+    assert taken["layer-torch"] == [f"FROM sha256:{'a' * 64} AS layer-torch"]
+    assert all(taken[s] == stages[s] for s in stages if s != "layer-torch")
