@@ -62,6 +62,7 @@ class _Side(threading.Thread):
         self.error: Exception | None = None
         self.seconds = 0.0
         self.said = False
+        self.stopping = threading.Event()
 
     def run(self) -> None:
         from docker.utils import tar
@@ -69,6 +70,9 @@ class _Side(threading.Thread):
         t0 = time.monotonic()
         try:
             self.client = engine.client(timeout=self.timeout)
+            if self.stopping.is_set():  # stopped while it connected: stop() found no client to close
+                self.client.close()
+                return
             with self.log.open("w", encoding="utf-8") as out:
                 archive = tar(
                     str(self.context), exclude=self.exclude, dockerfile=(SIDE_DOCKERFILE, self.stage.dockerfile)
@@ -98,6 +102,7 @@ class _Side(threading.Thread):
             self.seconds = time.monotonic() - t0
 
     def stop(self) -> None:
+        self.stopping.set()
         if self.client is not None:
             self.client.close()
 
