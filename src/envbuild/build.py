@@ -7,13 +7,14 @@ a failure at any point leaves every existing tag where it was.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import platform as host_platform
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,12 +78,12 @@ def _sdk_build(
     opts: BuildOptions,
     log: BuildLog,
     say: Events,
-    source: dict[str, Any] | None = None,  # what to send (buildahead.whole_build_source); default: the folder
+    source: Callable[[], dict[str, Any]] | None = None,  # what to send (buildahead.whole_build_source)
 ) -> str:
-    source = source or {"path": str(ctx), "dockerfile": "Dockerfile"}
     try:
+        sent: dict[str, Any] = source() if source is not None else {"path": str(ctx), "dockerfile": "Dockerfile"}
         stream = cli.api.build(
-            **source,
+            **sent,
             target="runtime",
             buildargs=buildargs,
             rm=True,
@@ -93,8 +94,8 @@ def _sdk_build(
             timeout=cli.api.timeout,  # docker-py's default (None) reads a build's stream with no time limit
         )
     except OSError as exc:
-        # the SDK packs the context into a temporary file first; its own message ("Can not read
-        # file in context") hides a full disk there
+        # the context is packed into a temporary file first (by the SDK or buildahead); the SDK's
+        # own message ("Can not read file in context") hides a full disk there
         raise buildfail.packing_error(ctx, exc) from exc
     pulling = engine.Transfer()  # --pull: the base image's layers come through this stream
     try:
@@ -109,8 +110,8 @@ def _sdk_build(
         found.hint += f"; the build's output so far is in {log.path}" + (quiet if found.timed_out else "")
         raise found from exc
     finally:
-        if "fileobj" in source:  # a temporary file
-            source["fileobj"].close()
+        if "fileobj" in sent:  # a temporary file
+            sent["fileobj"].close()
     if not image_id:
         raise log.error(prof.name, "the engine finished without an image ID")
     return image_id
@@ -288,10 +289,7 @@ def _run_builder(cli: Any, ctx: buildctx.Context, prof: Profile, opts: BuildOpti
             source = None
             if not opts.no_cache:  # the whole build would not use what side builds make, nor take their images
                 log.ran += buildahead.run(cli, ctx.sides, ctx.directory, ctx.buildargs, log.path.parent / "stages", say)
-                try:
-                    source = buildahead.whole_build_source(cli, ctx, say)
-                except OSError as exc:  # packing the context: a full disk, as in _sdk_build
-                    raise buildfail.packing_error(ctx.directory, exc) from exc
+                source = functools.partial(buildahead.whole_build_source, cli, ctx, say)
             return _sdk_build(
                 cli, ctx.directory, prof, buildargs=ctx.buildargs, opts=opts, log=log, say=say, source=source
             )

@@ -46,7 +46,12 @@ def wanted(cli: Any, sides: Sequence[SideStage]) -> list[SideStage]:
 
 
 def _cached(cli: Any, labels: Sequence[tuple[str, str]]) -> bool:
-    return bool(cli.api.images(filters={"label": [f"{k}={v}" for k, v in labels]}, quiet=True))
+    return bool(cli.api.images(filters=_having(labels), quiet=True))
+
+
+def _having(labels: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    """The engine's image filter for images that carry every one of these labels."""
+    return {"label": [f"{k}={v}" for k, v in labels]}
 
 
 class _Side(threading.Thread):
@@ -193,7 +198,7 @@ def substitutes(cli: Any, sides: Sequence[SideStage], base: str) -> dict[str, st
     for side in sides:
         if not side.name.startswith("layer-") or not any(k == LABEL_STAGE_SHA for k, _ in side.cached_by):
             continue
-        rows = cli.api.images(filters={"label": [f"{k}={v}" for k, v in side.cached_by]})
+        rows = cli.api.images(filters=_having(side.cached_by))
         for row in sorted(rows, key=lambda r: int(r.get("Created") or 0), reverse=True):
             if base_id in {h.get("Id") for h in cli.api.history(row["Id"])}:
                 found[side.name.removeprefix("layer-")] = str(row["Id"])

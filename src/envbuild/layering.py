@@ -18,7 +18,7 @@ from envbuild import aptfile, lockfile, render, uvtool
 from envbuild.aptfile import AptLock
 from envbuild.freshness import LockSnapshot
 from envbuild.lockfile import Pin
-from envbuild.names import FIXED_MTIME, LABEL_PROFILE
+from envbuild.names import FIXED_MTIME, LABEL_PROFILE, LABEL_STAGE_SHA
 from envbuild.plan import Plan
 
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
@@ -157,13 +157,15 @@ def render_for(
     from_source: frozenset[str] = frozenset(),
     stage_inputs: str = "",
     stage_images: dict[str, str] | None = None,
+    stage_digests: dict[str, str] | None = None,
 ) -> tuple[dict[str, str], dict[str, tuple[str, ...]], tuple[SideStage, ...]]:
     """What `build` renders from a lock: the outputs, with the environment split into layers and the
     OS packages pinned by apt.lock; the layer groups it split by; and, for a build (`labels`) of a
     layered Dockerfile, the stages a side build can run. `from_source`: the packages with no wheel
     (lockfile.sdist_only), built from their sdists in the builder stage. `stage_inputs`: a digest of
     the files the layer stages copy in besides wheels and their lockfile parts (buildctx); with
-    `stage_images` ({layer: image}) the Dockerfile takes those images for those layers' stages."""
+    `stage_images` ({layer: image}) the Dockerfile takes those images for those layers' stages, and
+    `stage_digests` ({layer: LABEL_STAGE_SHA}, from the render without them) spares working those out again."""
     groups = layer_groups(plan, pins, lock_text, from_source) if plan.profile.flavor == "venv" else {}
     built = list(source_built(groups, from_source))
     extra: dict[str, Any] = {"installer": installer_name, "fixed_mtime": FIXED_MTIME, "from_source": built}
@@ -172,14 +174,15 @@ def render_for(
     shape = {"venv-base": ("", "", ""), "runtime-os": ("", "", "")}
     shape.update({f"layer-{g}": (f"wheels/{g}", "venv-base", g) for g in groups if g != "rest"})
     shape["builder"] = ("wheels/rest", "venv-base", "rest")
-    stages = tuple(shape) if labels and len(groups) > 1 else ()
-    layers = [g for g in groups if g != "rest"] if stages else []
+    layered = bool(labels) and len(groups) > 1
+    stages = tuple(shape) if layered and not stage_images else ()  # a Dockerfile taking images has no side builds
+    layers = [g for g in groups if g != "rest"] if layered and stage_digests is None else []
     # what each layer stage is made of: its lines and venv-base's (rendered without the label they go
     # into), the files they copy in and its part of the lockfile; the base image is checked apart
     stage_texts = tuple(f"layer-{g}" for g in layers)
     bare = render.render(plan, apt=apt_context(apt), layers=groups, extra=extra, stages=stage_texts) if layers else {}
     parts = group_files(lock_text, groups, from_source) if layers else {}
-    made_of = {
+    made_of = stage_digests or {
         g: hashlib.sha256(
             "\0".join((bare[f"Dockerfile@layer-{g}"], stage_inputs, parts[f"requirements.{g}.lock"])).encode()
         ).hexdigest()
@@ -272,13 +275,17 @@ def for_build(
     outputs, groups, sides = render_for(
         plan, lock.pins, lock.apt, labels, tool, lock.text, from_source=lock.from_source, stage_inputs=inputs
     )
-    return outputs, groups, sides, functools.partial(dockerfile_taking, plan, lock, labels, tool, inputs), uv_binary
+    made_of = {
+        s.name.removeprefix("layer-"): dict(s.cached_by)[LABEL_STAGE_SHA] for s in sides if s.name.startswith("layer-")
+    }
+    return outputs, groups, sides, functools.partial(dockerfile_taking, plan, lock, labels, tool, made_of), uv_binary
 
 
 def dockerfile_taking(
-    plan: Plan, lock: LockSnapshot, labels: dict[str, str], tool: str, inputs: str, images: dict[str, str]
+    plan: Plan, lock: LockSnapshot, labels: dict[str, str], tool: str, made_of: dict[str, str], images: dict[str, str]
 ) -> str:
-    """The build's Dockerfile with `images` ({layer: image ID}) taken for those layers' stages."""
+    """The build's Dockerfile with `images` ({layer: image ID}) taken for those layers' stages; the
+    other layer stages' labels as the build's own render gave them (`made_of`)."""
     outputs, _, _ = render_for(
         plan,
         lock.pins,
@@ -287,7 +294,7 @@ def dockerfile_taking(
         tool,
         lock.text,
         from_source=lock.from_source,
-        stage_inputs=inputs,
         stage_images=images,
+        stage_digests=made_of,
     )
     return outputs["Dockerfile"]

@@ -223,8 +223,9 @@ def render(
         out[OUTPUT_NAMES[template_name]] = text
         if OUTPUT_NAMES[template_name] == "Dockerfile":
             # the stages a side build runs on its own, from the same lines (buildahead.py)
+            template = env.get_template(template_name)
             for stage in stages:
-                out[f"Dockerfile@{stage}"] = env.get_template(template_name).render({**ctx, "stage_only": stage})
+                out[f"Dockerfile@{stage}"] = template.render({**ctx, "stage_only": stage})
     return out
 
 
