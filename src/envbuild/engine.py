@@ -240,13 +240,25 @@ class Transfer:
 @contextlib.contextmanager
 def patience(cli: Any, seconds: float) -> Iterator[None]:
     """Calls made inside wait at most `seconds` for each answer from the engine (a socket read),
-    instead of the client's default."""
-    before = cli.api.timeout
-    cli.api.timeout = seconds
+    instead of the client's default. Also those docker-py makes with no limit at all: its pull
+    passes `timeout=None` itself, so a pull whose link stopped moving was read forever, and the
+    stall limit never came into play (e2e test_a_pull_through_a_link_that_stops_forwarding...)."""
+    api = cli.api
+    before = api.timeout
+    unbounded = type(api)._post
+
+    def bounded(url: str, **kwargs: Any) -> Any:
+        if "timeout" in kwargs and kwargs["timeout"] is None:
+            kwargs["timeout"] = seconds
+        return unbounded(api, url, **kwargs)
+
+    api.timeout = seconds
+    api._post = bounded
     try:
         yield
     finally:
-        cli.api.timeout = before
+        api.timeout = before
+        del api._post  # the class's own again
 
 
 STALLED = "stalled"

@@ -324,15 +324,17 @@ def login_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 class StallingLink:
-    """A TCP relay to `upstream` that forwards the first `budget` bytes sent through it, then stops
-    forwarding (connections stay open, nothing moves): a proxy or link that hangs mid-transfer."""
+    """A TCP relay to `upstream` that forwards the first `budget` bytes sent through it (towards
+    `upstream`, a push; or from it with `downstream`, a pull), then stops forwarding (connections
+    stay open, nothing moves): a proxy or link that hangs mid-transfer."""
 
-    def __init__(self, upstream: str, budget: int) -> None:
+    def __init__(self, upstream: str, budget: int, *, downstream: bool = False) -> None:
         import socket
         import threading
 
         self.upstream = upstream.rsplit(":", 1)[0], int(upstream.rsplit(":", 1)[1])
         self.budget = budget
+        self.downstream = downstream
         self.sent = 0
         self.connections = 0
         self._lock = threading.Lock()
@@ -360,8 +362,8 @@ class StallingLink:
             with self._lock:
                 self.connections += 1
                 self._open += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server, not self.downstream), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, self.downstream), daemon=True).start()
 
     def _pump(self, src: Any, dst: Any, counted: bool) -> None:
         while not self._stop.is_set():

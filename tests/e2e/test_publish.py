@@ -362,3 +362,56 @@ def test_a_push_through_a_link_that_stops_forwarding_is_called_stalled_and_retri
     assert link.sent >= 4 * 2**20  # it really got going before the link hung
     assert ours() == before  # no tag left or moved
     record("push_stall", stall_timeout_s=6, attempts=4, seconds_to_fail=round(took, 1), moved_tags=0)
+
+
+def test_a_pull_through_a_link_that_stops_forwarding_is_called_stalled_and_retried(
+    docker_client: Any, e2e_project: Path, tmp_path: Path
+) -> None:
+    """The same relay in front of a registry that holds an image the engine lacks: docker-py reads a
+    pull's stream with no time limit of its own, so a pull that stopped moving waited forever."""
+    import time
+    import uuid
+
+    from .conftest import StallingLink, _serve_registry
+
+    with _serve_registry(tmp_path, login=False) as real:
+        # an image of its own (8 MB that no other image has): the pull must fetch a blob of size
+        noise = os.urandom(8 * 2**20)
+        fileobj = io.BytesIO()
+        with tarfile.open(fileobj=fileobj, mode="w") as tar:
+            for name, data in (("Dockerfile", b"FROM scratch\nCOPY noise /noise\n"), ("noise", noise)):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        fileobj.seek(0)
+        image, _ = docker_client.images.build(fileobj=fileobj, custom_context=True, rm=True, forcerm=True)
+        name = f"envbuild/stalled-pull-{uuid.uuid4().hex[:8]}"
+        image.tag(f"{real}/{name}", tag="cpu-py311")
+        try:
+            docker_client.images.push(f"{real}/{name}", tag="cpu-py311")
+        finally:
+            docker_client.images.remove(image.id, force=True)
+        link = StallingLink(real, budget=2 * 2**20, downstream=True)
+        try:
+            started = time.monotonic()
+            res = envbuild(
+                "pull",
+                "cpu-py311",
+                "--registry",
+                f"{link.address}/{name}",
+                cwd=e2e_project,
+                env={"ENVBUILD_STALL_TIMEOUT": "5", "ENVBUILD_RETRY_BACKOFF": "0.2"},
+                timeout=300,
+            )
+            took = time.monotonic() - started
+        finally:
+            link.close()
+            for ref in (f"{real}/{name}:cpu-py311", f"{link.address}/{name}:cpu-py311"):  # had it been pulled
+                with contextlib.suppress(Exception):
+                    docker_client.images.remove(ref, force=True)
+    assert res.returncode == 10, res.stderr[-3000:]
+    assert "stalled: the pull moved nothing for 5 s" in res.stderr
+    assert "attempt 1 failed (stalled" in res.stderr and "retrying in" in res.stderr
+    assert "ENVBUILD_STALL_TIMEOUT" in res.stderr and "Traceback" not in res.stderr
+    assert took < 120, took  # four attempts of ~5 s of silence each, not forever
+    assert link.sent >= 2 * 2**20  # it really got going before the link hung

@@ -225,3 +225,23 @@ def test_a_build_on_an_engine_that_hangs_ends_within_the_step_timeout(
     assert time.monotonic() - t0 < 10  # the server holds a hung request for 30 s
     assert caught.value.timed_out is (half_engine == "hang")
     assert "POST /" in caught.value.message and "/build" in caught.value.message
+
+
+def test_a_pull_on_an_engine_that_hangs_is_stalled_within_the_stall_limit(
+    half_engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docker-py's pull asks for no read limit at all (timeout=None): a pull the engine never
+    answered was read until the engine let go (forever, for a hung dockerd or a silent registry)."""
+    import docker
+
+    monkeypatch.setenv(enginelost.STALL_ENV, "1")
+    cli = engine.client()
+    own = cli.api.timeout
+    t0 = time.monotonic()
+    with pytest.raises((docker.errors.APIError, EngineNoAnswer)) as caught:
+        engine.transfer(cli, "pull", lambda: cli.api.pull("example.test/x", tag="1", stream=True, decode=True))
+    assert time.monotonic() - t0 < 10  # the server holds a hung request for 30 s
+    if half_engine == "hang":
+        assert str(caught.value).startswith("stalled: the pull moved nothing for 1 s")
+    # and the client is as it was: its own read limit, docker-py's own calls
+    assert cli.api.timeout == own and "_post" not in vars(cli.api)
