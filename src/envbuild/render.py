@@ -7,6 +7,7 @@ interpolate a raw profile string.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -164,7 +165,11 @@ def layer_cache_labels(
     }
 
 
+@functools.lru_cache(maxsize=8)
 def make_environment(templates_dir: Path | None) -> Any:
+    """One per templates folder for the whole process: a build renders three times (its Dockerfile,
+    the side stages', the one taking stage images), and each new environment compiled every
+    template again (~30 ms each time). Jinja still reloads a template whose file changed."""
     jinja2 = _env()
     search = [str(templates_dir)] if templates_dir else []
     search.append(str(default_templates_dir()))

@@ -139,10 +139,14 @@ def _download(item: Wanted, context: ssl.SSLContext) -> Path | None:
 
 
 def _intact(path: Path, item: Wanted) -> bool:
-    """The size tells when the lock records one (PyPI's do); else the hash, once."""
+    """The size tells when the lock records one (PyPI's do). Else (a wheelhouse's lock records none)
+    the time `add` stamped on the file once its hash checked out: any write since moves it, and
+    then the hash decides. Re-hashing an untouched torch wheel cost every build ~0.15 s; the image's
+    install checks every hash again anyway (--require-hashes)."""
+    stat = path.stat()
     if item.size:
-        return path.stat().st_size == item.size
-    return sha256_file(path) == item.sha256
+        return stat.st_size == item.size
+    return stat.st_mtime == FIXED_MTIME or sha256_file(path) == item.sha256
 
 
 def fill(

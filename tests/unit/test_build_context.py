@@ -64,7 +64,8 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
     assert "envbuild lock cu121-py311 && envbuild build cu121-py311" in (ctx / "smoke" / "constraints.txt").read_text()
     dockerfile = (ctx / "Dockerfile").read_text()
     assert "FROM ${BASE_IMAGE} AS runtime" in dockerfile
-    assert "ENV PIP_CONSTRAINT=/opt/envbuild/constraints.txt" in dockerfile
+    env_line = "    PIP_CONSTRAINT=/opt/envbuild/constraints.txt \\\n    UV_CONSTRAINT=/opt/envbuild/constraints.txt\n"
+    assert env_line in dockerfile
     assert f'io.envbuild.lock-sha256="{report["labels"]["io.envbuild.lock-sha256"]}"' in dockerfile
     bake = json.loads(cli("matrix", "--format", "bake").out)
     assert (engineless_project / bake["target"]["cu121-py311"]["context"]).resolve() == ctx.resolve()

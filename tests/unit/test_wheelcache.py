@@ -134,3 +134,30 @@ def test_cache_reports_its_size_and_prunes_what_no_lockfile_pins(
     assert cli("cache", "--all").code == 2  # --all only with --prune
     emptied = json.loads(cli("cache", "--prune", "--all", "--json").out)
     assert emptied["wheels"] == 0 and emptied["removed_wheels"] == 1
+
+
+def test_an_entry_without_a_locked_size_is_hashed_again_only_when_written_since(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wheelhouse's lock records no size: an untouched entry is taken as `add` checked it (torch's
+    wheel was hashed again on every build), and one written to since is hashed and, changed, dropped."""
+    house = tmp_path / "house"
+    house.mkdir()
+    body = b"a wheel's bytes"
+    (house / "demo-1.0-py3-none-any.whl").write_bytes(body)
+    item = wheelcache.Wanted("demo", "demo-1.0-py3-none-any.whl", "file:///house", hashlib.sha256(body).hexdigest(), 0)
+    stored = wheelcache.fill([item], [house], fetch=False)[item.sha256]
+    hashed: list[Path] = []
+    from envbuild.fsutil import sha256_file as real
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(wheelcache, "sha256_file", counting)
+    assert wheelcache.fill([item], [], fetch=False) == {item.sha256: stored}
+    assert hashed == []  # untouched since it was checked: not read again
+    stored.write_bytes(b"a wheel's byteZ")  # same size, other bytes: only the hash tells
+    assert wheelcache.fill([item], [], fetch=False) == {}  # dropped, and no wheelhouse to take it from
+    assert hashed == [stored]
+    assert wheelcache.fill([item], [house], fetch=False)[item.sha256].read_bytes() == body
