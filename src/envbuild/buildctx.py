@@ -139,6 +139,15 @@ def pip_wrapper() -> str:
     return resources.files("envbuild").joinpath("data/pip-wrapper.sh").read_text("utf-8")
 
 
+def _flavor_files(plan: Plan, lock: LockSnapshot, groups: dict[str, tuple[str, ...]], sbom: str) -> dict[str, str]:
+    """The smoke/ files that differ by flavor: a venv image's SBOM and the pins its lockfile gives
+    constraints.txt; a conda image's constraints.txt only its comment lines, the environment's
+    own pins being appended by the image's build (plan.conda_held)."""
+    if plan.profile.flavor == "venv":
+        return {SBOM_NAME: sbom, layering.CONSTRAINTS: layering.constraints(plan, lock.pins, groups)}
+    return {layering.CONSTRAINTS: layering.constraints_head(plan)}
+
+
 def smoke_files(plan: Plan) -> dict[str, str]:
     """What the context's smoke/ folder holds: the entry script, the in-image package and the
     project's own checks."""
@@ -352,13 +361,7 @@ def prepare(
     files.update({ctx / name: text for name, text in layering.group_files(lock.text, groups, lock.from_source).items()})
     files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
-    if prof.flavor == "venv":
-        files.update(
-            {
-                ctx / SMOKE_DIR / SBOM_NAME: sbom_text,
-                ctx / SMOKE_DIR / layering.CONSTRAINTS: layering.constraints(built, lock.pins, groups),
-            }
-        )
+    files.update({ctx / SMOKE_DIR / name: text for name, text in _flavor_files(built, lock, groups, sbom_text).items()})
     if ca_text is not None:
         files[ctx / "certs" / "ca-bundle.crt"] = ca_text
     if lock.apt is not None:

@@ -87,12 +87,16 @@ def constraints(plan: Plan, pins: dict[str, Pin], groups: dict[str, tuple[str, .
     build over the tested one, silently; with them, pip stops with "(constraint)" in its conflict.
     The rest stays the derived image's to change."""
     held = sorted(n for g in ("torch", "torch-extras", _OWN_LAYER) for n in groups.get(g, ()))
+    return constraints_head(plan) + "".join(f"{n}=={pins[n].version}\n" for n in held)
+
+
+def constraints_head(plan: Plan) -> str:
+    """constraints.txt's comment lines: what it holds, and how to change it."""
     return (
         f"# The tested torch build and numpy of envbuild profile {plan.profile.name}, written by envbuild build.\n"
         "# pip (PIP_CONSTRAINT) and uv (UV_CONSTRAINT) in this image and in images built FROM it keep these.\n"
         f"# To change them, change the profile and rebuild (envbuild lock {plan.profile.name} && envbuild build "
         f"{plan.profile.name});\n# for one install, clear it: PIP_CONSTRAINT= pip install ...\n"
-        + "".join(f"{n}=={pins[n].version}\n" for n in held)
     )
 
 

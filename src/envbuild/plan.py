@@ -128,6 +128,15 @@ def requirements_of(profile: Profile) -> tuple[tuple[str, ...], tuple[str, ...]]
     return tuple(reqs), tuple(sorted({"torch", *(n for n, _ in extras)}))
 
 
+def conda_held(plan: Plan) -> tuple[str, ...]:
+    """What a conda image's constraints.txt holds, by the names pip knows them under: the torch
+    family, numpy and triton (torch's compiler, a conda package of its own). Their versions come
+    from the environment itself at build time (envbuild_smoke.constraints): pip compares against
+    the installed metadata, and conda-forge's torch can report another version string than the
+    conda package's own."""
+    return tuple(sorted({*plan.torch_family, "numpy", "triton"}))
+
+
 def default_templates_dir() -> Path:
     """Templates shipped with envbuild: in the wheel, or the checkout's top-level templates/."""
     packaged = Path(str(resources.files("envbuild"))) / "_templates"

@@ -28,7 +28,7 @@ from envbuild.names import (
     LABEL_STAGE,
     LABEL_STAGE_SHA,
 )
-from envbuild.plan import TEMPLATE_NAMES, Plan, default_templates_dir
+from envbuild.plan import TEMPLATE_NAMES, Plan, conda_held, default_templates_dir
 
 OUTPUT_NAMES = {
     "Dockerfile.venv.j2": "Dockerfile",
@@ -122,6 +122,7 @@ def context(
         "env": sorted(profile.env.items()),
         "requirements": list(plan.requirements),
         "torch_family_names": list(plan.torch_family),
+        "conda_held": list(conda_held(plan)) if profile.flavor == "conda" else [],
         "source": plan.source,
         "build_tag": profile.build_tag,
         "channels": profile.channels,

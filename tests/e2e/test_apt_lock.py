@@ -156,6 +156,13 @@ def test_a_conda_profile_locks_its_runtime_os_packages_and_the_build_pins_them(t
     assert (ctx / "apt" / "apt.lock").read_text() == text
     assert (ctx / "apt" / "runtime.expect").read_text().splitlines() == apt.expected("runtime")
     assert report["labels"]["io.envbuild.apt-lock-sha256"]
+    # a derived image's pip keeps torch and numpy here too: the pins are the environment's own,
+    # appended at build time to the comment lines the context carries
+    held = (ctx / "smoke" / "constraints.txt").read_text()
+    assert held.startswith("# The tested torch build and numpy of envbuild profile cpu-py311-conda")
+    assert "==" not in held
+    assert "envbuild_smoke.constraints --append /opt/envbuild/constraints.txt numpy torch triton\n" in runtime
+    assert "PIP_CONSTRAINT=/opt/envbuild/constraints.txt" in runtime
 
     # a changed `apt:` list makes apt.lock stale, and the build refuses it
     with (proj / "profiles" / "cpu-py311-conda.yaml").open("a") as fh:

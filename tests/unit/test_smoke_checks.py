@@ -727,3 +727,25 @@ def test_a_copy_of_the_environment_first_on_path_fails_integrity(
         integrity.check_integrity(ctx, Result("integrity"))
     assert f"(prefix /alt), not the environment's: {venv} (PATH=/alt/bin:/usr/bin)" in failed.value.reason
     assert failed.value.remedy.startswith(f"put {venv}/bin first on PATH")
+
+
+def test_a_conda_images_constraints_are_the_environments_own_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip holds a constraint against the installed metadata, which for conda-forge's torch can read
+    otherwise than the conda package's version: the pins come from the environment, not the lock."""
+    from envbuild.smoke.inside import constraints
+
+    site = tmp_path / "site"
+    for name, version in (("torch", "2.5.1.post108"), ("numpy", "2.1.3")):
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    monkeypatch.syspath_prepend(str(site))
+    held = tmp_path / "constraints.txt"
+    held.write_text("# what it holds\n")
+    assert constraints.main(["--append", str(held), "numpy", "torch", "envbuild-no-such-dist"]) == 0
+    assert held.read_text() == "# what it holds\nnumpy==2.1.3\ntorch==2.5.1.post108\n"
+    # an environment without torch is not an image to hold anything for: the build step fails
+    assert constraints.main(["--append", str(held), "envbuild-no-such-dist"]) == 1
+    assert held.read_text().count("==") == 2
