@@ -129,11 +129,9 @@ def requirements_of(profile: Profile) -> tuple[tuple[str, ...], tuple[str, ...]]
 
 
 def conda_held(plan: Plan) -> tuple[str, ...]:
-    """What a conda image's constraints.txt holds, by the names pip knows them under: the torch
-    family, numpy and triton (torch's compiler, a conda package of its own). Their versions come
-    from the environment itself at build time (envbuild_smoke.constraints): pip compares against
-    the installed metadata, and conda-forge's torch can report another version string than the
-    conda package's own."""
+    """What a conda image's constraints.txt holds, by pip's names: the torch family, numpy and triton
+    (torch's compiler). At the versions the environment's metadata gives at build time
+    (envbuild_smoke.constraints): conda-forge's torch can report another than its package's."""
     return tuple(sorted({*plan.torch_family, "numpy", "triton"}))
 
 
