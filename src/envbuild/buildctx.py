@@ -358,7 +358,9 @@ def prepare(
     # Under the x86_64 name whatever the platform: the Dockerfile copies one lockfile.
     in_context = lock_names("x86_64", prof.flavor)[0]
     files: dict[Path, str] = {ctx / "Dockerfile": outputs["Dockerfile"], ctx / in_context: lock.text}
-    files.update({ctx / name: text for name, text in layering.group_files(lock.text, groups, lock.from_source).items()})
+    seed = layering.seeded(groups, uv_binary is not None)
+    parts = layering.group_files(lock.text, groups, lock.from_source, seed)
+    files.update({ctx / name: text for name, text in parts.items()})
     files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     files.update({ctx / SMOKE_DIR / name: text for name, text in _flavor_files(built, lock, groups, sbom_text).items()})
@@ -375,8 +377,8 @@ def prepare(
         offline = ": every one, so the build asks no package index" if built.source.offline else ""
         say("phase", "wheels", f"{len(wheels)} of {len(lock.pins)} wheel(s) from the wheel cache{offline}")
     (ctx / "tools").mkdir(exist_ok=True)
-    member = {name: group for group, names in groups.items() for name in names}
-    for group in groups:
+    member = {name: group for group, names in groups.items() for name in names} | dict.fromkeys(seed, "seed")
+    for group in {*groups, *set(member.values())}:
         (ctx / "wheels" / group).mkdir()
     # each layer's wheels in a folder of their own: its install step's cache key is only theirs
     binaries = [(w, ctx / "wheels" / member.get(placed[w], "rest") / w.name) for w in wheels]

@@ -105,20 +105,38 @@ def source_built(groups: dict[str, tuple[str, ...]], from_source: frozenset[str]
     return tuple(n for n in groups.get("rest", ()) if n in from_source)
 
 
+SEED_FILE = "requirements.seed.lock"
+
+
+def seeded(groups: dict[str, tuple[str, ...]], uv_installs: bool) -> tuple[str, ...]:
+    """The `rest` packages that `python -m venv` puts in the venv (setuptools, pip, wheel) where the
+    lock pins them: the builder stage installs them in a step of their own before the rest, which
+    stays cached across a re-lock of the profile's own packages (replacing setuptools and compiling
+    its ~900 files was most of a re-lock's install). With uv only: the builder's pip path installs
+    the rest in one step, as before."""
+    return tuple(n for n in groups.get("rest", ()) if n in _IN_THE_VENV) if uv_installs else ()
+
+
 def group_files(
-    lock_text: str, groups: dict[str, tuple[str, ...]], from_source: frozenset[str] = frozenset()
+    lock_text: str,
+    groups: dict[str, tuple[str, ...]],
+    from_source: frozenset[str] = frozenset(),
+    seed: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """requirements.<group>.lock for each layer: the lockfile's own blocks (hashes and all), split.
     With `from_source`, those leave requirements.rest.lock for SOURCE_FILE, which the builder
-    installs allowing a build; the layer digests are of the files without that split."""
+    installs allowing a build; with `seed` (`seeded`), those leave it for SEED_FILE. The layer
+    digests are of the files without either split."""
     blocks = lockfile.blocks(lock_text)
     head = "# A part of requirements.lock (envbuild build splits it by image layer); do not edit.\n"
+    apart = set(from_source) | set(seed)
     files = {
-        f"requirements.{g}.lock": head + "".join(blocks[n] for n in names if g != "rest" or n not in from_source)
+        f"requirements.{g}.lock": head + "".join(blocks[n] for n in names if g != "rest" or n not in apart)
         for g, names in groups.items()
     }
     built = source_built(groups, from_source)
-    return {**files, SOURCE_FILE: head + "".join(blocks[n] for n in built)} if built else files
+    files.update({SOURCE_FILE: head + "".join(blocks[n] for n in built)} if built else {})
+    return {**files, SEED_FILE: head + "".join(blocks[n] for n in seed)} if seed else files
 
 
 def layer_digests(plan: Plan, lock_text: str, pylock_text: str = "") -> dict[str, str]:
@@ -172,7 +190,12 @@ def render_for(
     `stage_digests` ({layer: LABEL_STAGE_SHA}, from the render without them) spares working those out again."""
     groups = layer_groups(plan, pins, lock_text, from_source) if plan.profile.flavor == "venv" else {}
     built = list(source_built(groups, from_source))
-    extra: dict[str, Any] = {"installer": installer_name, "fixed_mtime": FIXED_MTIME, "from_source": built}
+    extra: dict[str, Any] = {
+        "installer": installer_name,
+        "fixed_mtime": FIXED_MTIME,
+        "from_source": built,
+        "seed": list(seeded(groups, installer_name == "uv")),
+    }
     digests = _digests(lock_text, groups) if labels else {}  # they go only into the labels
     # stage -> (its group's wheel folder, the stage it starts from, the group its cache labels are of)
     shape = {"venv-base": ("", "", ""), "runtime-os": ("", "", "")}

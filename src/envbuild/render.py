@@ -106,6 +106,7 @@ def context(
         "stage_only": "",  # one stage for a side build (buildahead.py); empty: the whole Dockerfile
         "stage_images": {},  # layer -> an image in the engine that a build takes for its stage (buildahead)
         "fixed_mtime": FIXED_MTIME,
+        "seed": [],  # what the builder installs before the rest, in a step of its own (layering.seeded)
         **(extra or {}),
         **(apt or NO_APT),
         # the image's environment layers (layering.layer_groups); without a lock (render): one layer
