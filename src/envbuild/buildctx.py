@@ -349,7 +349,8 @@ def prepare(
         if sbomdoc.validation_key(sbom_text) != _read_or_empty(marker):
             pending = functools.partial(_check_sbom, sbom_text, marker)
         labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
-    outputs, groups, sides, taking, uv_binary = layering.for_build(built, lock, labels, platform, ca_text)
+    rendered = layering.for_build(built, lock, labels, platform, ca_text)
+    groups, seed, sides, taking = rendered.groups, rendered.seed, rendered.sides, rendered.taking
     ctx = project.work_dir(prof.name) / "context"
     if ctx.exists():
         shutil.rmtree(ctx)
@@ -357,10 +358,8 @@ def prepare(
         (ctx / sub).mkdir(parents=True)
     # Under the x86_64 name whatever the platform: the Dockerfile copies one lockfile.
     in_context = lock_names("x86_64", prof.flavor)[0]
-    files: dict[Path, str] = {ctx / "Dockerfile": outputs["Dockerfile"], ctx / in_context: lock.text}
-    seed = layering.seeded(groups, uv_binary is not None)
-    parts = layering.group_files(lock.text, groups, lock.from_source, seed)
-    files.update({ctx / name: text for name, text in parts.items()})
+    files: dict[Path, str] = {ctx / "Dockerfile": rendered.outputs["Dockerfile"], ctx / in_context: lock.text}
+    files.update({ctx / name: text for name, text in rendered.parts.items()})
     files.update({ctx / SMOKE_DIR / name: text for name, text in smoke_files(built).items()})
     files[ctx / SMOKE_DIR / "expect.json"] = json.dumps(expectations(built, lock), indent=2, sort_keys=True) + "\n"
     files.update({ctx / SMOKE_DIR / name: text for name, text in _flavor_files(built, lock, groups, sbom_text).items()})
@@ -378,11 +377,11 @@ def prepare(
         say("phase", "wheels", f"{len(wheels)} of {len(lock.pins)} wheel(s) from the wheel cache{offline}")
     (ctx / "tools").mkdir(exist_ok=True)
     member = {name: group for group, names in groups.items() for name in names} | dict.fromkeys(seed, "seed")
-    for group in {*groups, *set(member.values())}:
+    for group in [*groups, *(["seed"] if seed else [])]:
         (ctx / "wheels" / group).mkdir()
     # each layer's wheels in a folder of their own: its install step's cache key is only theirs
     binaries = [(w, ctx / "wheels" / member.get(placed[w], "rest") / w.name) for w in wheels]
-    binaries += [(uv_binary, ctx / "tools" / "uv")] if uv_binary else []
+    binaries += [(rendered.uv_binary, ctx / "tools" / "uv")] if rendered.uv_binary else []
     for source, target in binaries:
         # A hard link when possible: a CUDA lock's wheels are gigabytes. They come from envbuild's
         # own wheel cache (which keeps them at one fixed time: uv records a local wheel's mtime in

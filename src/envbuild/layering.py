@@ -12,7 +12,7 @@ import platform as host
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from envbuild import aptfile, lockfile, render, uvtool
 from envbuild.aptfile import AptLock
@@ -134,9 +134,8 @@ def group_files(
         f"requirements.{g}.lock": head + "".join(blocks[n] for n in names if g != "rest" or n not in apart)
         for g, names in groups.items()
     }
-    built = source_built(groups, from_source)
-    files.update({SOURCE_FILE: head + "".join(blocks[n] for n in built)} if built else {})
-    return {**files, SEED_FILE: head + "".join(blocks[n] for n in seed)} if seed else files
+    apart_files = {SOURCE_FILE: source_built(groups, from_source), SEED_FILE: seed}
+    return {**files, **{f: head + "".join(blocks[n] for n in names) for f, names in apart_files.items() if names}}
 
 
 def layer_digests(plan: Plan, lock_text: str, pylock_text: str = "") -> dict[str, str]:
@@ -292,11 +291,24 @@ def stage_inputs(lock: LockSnapshot, ca_text: str | None, uv_binary: Path | None
     return digest.hexdigest()
 
 
+class BuildRender(NamedTuple):
+    """What `for_build` gives the build context."""
+
+    outputs: dict[str, str]  # render_for's files: the Dockerfile among them
+    groups: dict[str, tuple[str, ...]]  # the layer groups (layer_groups)
+    sides: tuple[SideStage, ...]
+    taking: Taking
+    uv_binary: Path | None  # the uv the context gets, if uv installs
+    parts: dict[str, str]  # requirements.<group>.lock and the builder's own parts (group_files)
+    seed: tuple[str, ...]  # the rest packages the builder installs first (seeded), in wheels/seed
+
+
 def for_build(
     plan: Plan, lock: LockSnapshot, labels: dict[str, str], platform: str, ca_text: str | None
-) -> tuple[dict[str, str], dict[str, tuple[str, ...]], tuple[SideStage, ...], Taking, Path | None]:
-    """A build's render (`render_for`) with the installer for `platform`, and the same render taking
-    images for layer stages (`dockerfile_taking`); and the uv binary the context gets, if any."""
+) -> BuildRender:
+    """A build's render (`render_for`) with the installer for `platform`, the same render taking
+    images for layer stages (`dockerfile_taking`), and the lockfile's parts the Dockerfile copies,
+    split as the render split them."""
     tool, uv_binary = installer(plan, platform)
     inputs = stage_inputs(lock, ca_text, uv_binary)
     outputs, groups, sides = render_for(
@@ -305,7 +317,10 @@ def for_build(
     made_of = {
         s.name.removeprefix("layer-"): dict(s.cached_by)[LABEL_STAGE_SHA] for s in sides if s.name.startswith("layer-")
     }
-    return outputs, groups, sides, functools.partial(dockerfile_taking, plan, lock, labels, tool, made_of), uv_binary
+    taking = functools.partial(dockerfile_taking, plan, lock, labels, tool, made_of)
+    seed = seeded(groups, tool == "uv")  # as render_for decided it for the Dockerfile: same groups, same tool
+    parts = group_files(lock.text, groups, lock.from_source, seed)
+    return BuildRender(outputs, groups, sides, taking, uv_binary, parts, seed)
 
 
 def dockerfile_taking(
