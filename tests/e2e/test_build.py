@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import re
+import shlex
 import shutil
 import tarfile
 from pathlib import Path
@@ -189,6 +190,27 @@ def test_torch_ships_without_its_cpp_test_executables_but_with_its_headers(
         "all(os.path.isfile(os.path.join(d, 'torch', 'extension.h')) for d in ext.include_paths()[:1]))"
     )
     assert _run(docker_client, built_cpu["image_id"], "python", "-c", probe).split() == ["False", "True"]
+
+
+def test_the_step_where_the_layers_meet_fails_when_pip_check_does(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """`pip check` runs in the background beside the manifest merge (`wait $!` ends the step with its
+    code): the image's own step, run again on an environment whose torch wants a package that is not
+    installed, must fail and say which. The same step on the intact environment passes."""
+    history = docker_client.images.get(built_cpu["image_id"]).history()
+    made = [str(h["CreatedBy"]) for h in history if "pip check" in str(h.get("CreatedBy") or "")]
+    assert len(made) == 1, made
+    step = made[0].removeprefix("/bin/bash -o pipefail -c ")
+    metadata = "/opt/venv/lib/python3.11/site-packages/torch-2.13.0+cpu.dist-info/METADATA"
+    again = f"rm /usr/local/bin/envbuild-smoke && /bin/bash -o pipefail -c {shlex.quote(step)}; echo rc=$?"
+    broken = f"sed -i '1a Requires-Dist: envbuild-missing-dep' {metadata} && {again}"
+    for script, code in ((again, "rc=0"), (broken, "rc=1")):
+        out = docker_client.containers.run(
+            built_cpu["image_id"], ["bash", "-c", script], user="0", entrypoint=[], remove=True, stderr=True
+        ).decode()
+        assert out.strip().endswith(code), out[-2000:]
+    assert "requires envbuild-missing-dep, which is not installed" in out, out[-2000:]
 
 
 def test_the_builder_stage_the_engine_keeps_as_cache_is_labelled_and_kept_by_prune(
