@@ -476,8 +476,11 @@ def bench_reuse(runs: int) -> str:
         variant = variant.replace('"einops==0.8.0"]', '"einops==0.8.0", "tqdm==4.67.1"]')
         (proj / "profiles" / "cpu-py311-tqdm.yaml").write_text(variant)
         (proj / "lockfiles" / "cpu-py311-tqdm").mkdir(parents=True)
-        # the same OS packages: cpu-py311's apt.lock is the variant's too (its inputs are the same)
-        shutil.copy(proj / "lockfiles" / "cpu-py311" / "apt.lock", proj / "lockfiles" / "cpu-py311-tqdm")
+        # the same OS packages: cpu-py311's apt.lock is the variant's too (its inputs are the same);
+        # its requirements.lock too, so the lock keeps its pins and adds tqdm: a fresh resolve
+        # would take whatever PyPI released since (a new filelock moves the torch-deps layer)
+        for part in ("apt.lock", "requirements.lock"):
+            shutil.copy(proj / "lockfiles" / "cpu-py311" / part, proj / "lockfiles" / "cpu-py311-tqdm")
         envbuild("lock", "cpu-py311-tqdm", "--no-apt", "--find-links", WHEELS, cwd=proj)
         _, _ = build("cpu-py311-tqdm")
         before_variant = _stored(data)

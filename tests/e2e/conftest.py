@@ -30,9 +30,13 @@ def local_build(name: str, tag: str) -> list[str]:
 
 def variant(e2e_project: Path, dest: Path, name: str, packages: str) -> Path:
     """A copy of the e2e project with one more profile, NAME: cpu-py311 with `packages` (YAML) and
-    locked for this machine (the debootstrapped base, the wheelhouse)."""
+    locked for this machine (the debootstrapped base, the wheelhouse), from cpu-py311's lockfile as
+    a team would derive a profile: its pins stay, and only what `packages` adds is new (a fresh
+    resolve would take whatever PyPI released since the committed lockfile)."""
     for part in ("profiles", "lockfiles", "checks"):
         shutil.copytree(e2e_project / part, dest / part)
+    (dest / "lockfiles" / name).mkdir()
+    shutil.copy(dest / "lockfiles" / "cpu-py311" / "requirements.lock", dest / "lockfiles" / name)
     text = (dest / "profiles" / "cpu-py311.yaml").read_text()
     mine = text.replace("name: cpu-py311", f"name: {name}").replace(
         'packages: ["einops==0.8.1"]', f"packages: {packages}"

@@ -47,6 +47,11 @@ def test_two_cold_builds_of_one_lockfile_give_the_same_environment(
     same = [steps[i] if i < len(steps) else f"layer {i}" for i, (x, y) in pairs if x == y]
     differ = [steps[i] if i < len(steps) else f"layer {i}" for i, (x, y) in pairs if x != y]
     assert same and same[0] == "base image"  # at least the pinned base is shared
+    # the environment's layers (torch, torch-deps, numpy, the venv, the rest: each a tree copied to
+    # /, every file at one fixed time) are byte for byte the same: a registry stores them once
+    environment = [i for i, step in enumerate(steps) if step == "COPY to /"]
+    assert len(environment) == 5, steps
+    assert [steps[i] for i, (x, y) in pairs if i in environment and x != y] == []
     record(
         "reproducible_build",
         cold_build_seconds=round(seconds, 1),
