@@ -159,6 +159,9 @@ def start(argv: Sequence[str]) -> None:
     try:
         for name, data in files.items():
             (work / Path(name).name).write_bytes(data)
+        # the folder as uv is given it, listed before uv starts: a listing after could catch a fast
+        # call's output and then match no lock path's folder (the early result thrown away)
+        given = _listing(work)
         child = subprocess.Popen(
             [binary, *(a.replace(WORK, str(work)) for a in args)],
             cwd=work,
@@ -172,7 +175,7 @@ def start(argv: Sequence[str]) -> None:
     except OSError:
         _remove(work)
         return
-    _state["early"] = Early(child, work, binary, args, _env_digest(env), _listing(work))
+    _state["early"] = Early(child, work, binary, args, _env_digest(env), given)
     atexit.register(drop)
 
 

@@ -92,6 +92,27 @@ def test_the_same_call_typed_again_runs_before_the_cli_loads_and_its_result_is_t
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
+def test_a_call_that_is_done_before_its_start_returns_is_still_taken(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded machine uv can finish before the entry point goes on: the folder it was given is
+    what the lock path's must match, not the folder with uv's output in it."""
+    _first_run(tmp_path)
+    popen = subprocess.Popen
+
+    def finished(*args: object, **kwargs: object) -> subprocess.Popen[str]:
+        child: subprocess.Popen[str] = popen(*args, **kwargs)  # type: ignore[call-overload]
+        child.wait()  # the fake writes nothing to its pipes, so this cannot block on them
+        return child
+
+    monkeypatch.setattr(subprocess, "Popen", finished)
+    lockahead.start(RELOCK)
+    _early()
+    work, args = _work(tmp_path, "second", "torch==2.13.0\n")
+    assert uvtool.ran_early(args, error=LockError, cwd=work)
+    assert (work / "requirements.txt").read_text() == "torch==2.13.0\nresolved\n"
+
+
 def test_a_different_call_is_stopped_and_thrown_away_and_the_lock_runs_its_own(
     fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
