@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,7 +17,7 @@ import yaml
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from envbuild import fetchfail, lockfile, render, uvtool
+from envbuild import fetchfail, lockfile, render, tmpdirs, uvtool
 from envbuild.errors import LockError
 from envbuild.freshness import lock_dir
 from envbuild.fsutil import atomic_write_many
@@ -149,7 +148,7 @@ def _pip_entries(
         return []
     from envbuild._compat import tomllib
 
-    with tempfile.TemporaryDirectory(prefix="envbuild-conda-pip-") as tmp:
+    with tmpdirs.private("conda-pip") as tmp:
         work = Path(tmp)
         (work / "requirements.in").write_text("\n".join(pip_specs) + "\n")
         args = [
@@ -277,7 +276,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
     subdirs = [CONDA_SUBDIRS[p] for p in plan.platforms]
     solver = _solver(opts)
     if solver == "conda-lock":
-        with tempfile.TemporaryDirectory(prefix="envbuild-conda-lock-") as tmp:
+        with tmpdirs.private("conda-lock") as tmp:
             doc = yaml.safe_load(_lock_with_conda_lock(plan, subdirs, Path(tmp)))
         entries = list(doc["package"])
     else:

@@ -152,10 +152,11 @@ def start(argv: Sequence[str]) -> None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError):  # RuntimeError: no home
         return
     import subprocess  # only where something is started: `--help` and the rest never pay for it
-    import tempfile
+
+    from envbuild import tmpdirs
 
     binary, env = uv_binary(), uv_environment()
-    work = Path(tempfile.mkdtemp(prefix="envbuild-lock-ahead-"))
+    work = tmpdirs.make("lock-ahead")  # named for this process: a SIGKILL leaves it to the next run
     try:
         for name, data in files.items():
             (work / Path(name).name).write_bytes(data)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import Version
 
-from envbuild import compat, profile, torchsource, uvtool, validate
+from envbuild import compat, profile, tmpdirs, torchsource, uvtool, validate
 from envbuild.errors import ProfileError, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.names import PYPI_SIMPLE
@@ -199,7 +198,7 @@ def create(
         )
     choice = choose(name, torch=torch, numpy=numpy, index_url=index_url or project.config.index_url)
     text = profile_text(name, choice, base)
-    with tempfile.TemporaryDirectory(prefix="envbuild-new-") as tmp:
+    with tmpdirs.private("new") as tmp:
         trial = Path(tmp) / f"{name}.yaml"
         trial.write_text(text, encoding="utf-8")
         loaded = validate.check(trial, shown)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from envbuild import lockahead, lockfile, lockverify, proc, render, uvtool
+from envbuild import lockahead, lockfile, lockverify, proc, render, tmpdirs, uvtool
 from envbuild.errors import LockError
 from envbuild.freshness import Freshness, LockSnapshot, lock_dir
 from envbuild.fsutil import atomic_write_many
@@ -220,7 +219,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
     from_source: set[str] = set()
     before: dict[str, dict[str, Pin]] = {}
     after: dict[str, dict[str, Pin]] = {}
-    with tempfile.TemporaryDirectory(prefix="envbuild-lock-") as tmp:
+    with tmpdirs.private("lock") as tmp:
         for platform in plan.platforms:
             primary, secondary = lock_names(platform)
             if (directory / primary).is_file():

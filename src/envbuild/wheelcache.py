@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuild import tmpdirs
 from envbuild._compat import tomllib
 from envbuild.errors import WriteFailed
 from envbuild.fsutil import sha256_file
@@ -125,7 +126,7 @@ def _cache_error(exc: OSError, path: Path) -> OSError | WriteFailed:
 def _download(item: Wanted, context: ssl.SSLContext) -> Path | None:
     if not item.url.startswith(("https://", "http://")):
         return None  # a file:// URL is a wheelhouse, matched by hash in fill(); nothing else is fetched
-    with tempfile.TemporaryDirectory(prefix="envbuild-fetch-") as tmp:
+    with tmpdirs.private("fetch") as tmp:
         part = Path(tmp) / item.filename
         try:
             resp = urllib.request.urlopen(item.url, timeout=FETCH_TIMEOUT_S, context=context)  # noqa: S310 - http(s) only

@@ -338,7 +338,11 @@ def test_sigterm_during_local_mode_stops_every_rank(cpu_venv: Path) -> None:
     running: set[tuple[int, str]] = set()
     # multiprocessing's forkserver keeps its socket in a pymp-* folder that only a clean exit removes
     tmp = Path(tempfile.gettempdir())
-    pymp_before = set(tmp.glob("pymp-*"))
+
+    def pymp() -> set[Path]:  # the run's own folder is in envbuild's (tmpdirs), so looked for there too
+        return set(tmp.glob("pymp-*")) | set(tmp.glob("envbuild-*/*/pymp-*"))
+
+    pymp_before = pymp()
 
     def ranks_run(cli: int) -> bool:
         nonlocal running
@@ -361,7 +365,7 @@ def test_sigterm_during_local_mode_stops_every_rank(cpu_venv: Path) -> None:
     time.sleep(1)
     alive = {(pid, start) for pid, (_, _, start) in _processes().items()}
     assert not running & alive, f"still running after the interrupt: {sorted(running & alive)}"
-    assert set(tmp.glob("pymp-*")) <= pymp_before, "the killed forkserver left its folder behind"
+    assert pymp() <= pymp_before, "the killed forkserver left its folder behind"
     record(
         "interrupt_smoke_local", signal="SIGTERM", exit_code=code, processes_at_signal=len(running), processes_left=0
     )

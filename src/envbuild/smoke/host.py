@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildctx, engine, enginelost, freshness, localimage, smokerecord
+from envbuild import buildctx, engine, enginelost, freshness, localimage, smokerecord, tmpdirs
 from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
@@ -185,7 +184,7 @@ def run_local(
 ) -> dict[str, Any]:
     """The same checks in an interpreter on this machine (GPU hosts, lockfile-only CI jobs): the
     package the images carry, copied to a temporary folder, so that interpreter needs no envbuild."""
-    with tempfile.TemporaryDirectory(prefix="envbuild-smoke-") as tmp:
+    with tmpdirs.private("smoke") as tmp:
         expect_path = Path(tmp) / "expect.json"
         expect_path.write_text(json.dumps(expect))
         package = Path(tmp) / "lib" / buildctx.SMOKE_PACKAGE
@@ -225,7 +224,7 @@ def run_local(
                 env={
                     **os.environ,
                     "PYTHONUNBUFFERED": "1",
-                    "TMPDIR": tmp,
+                    "TMPDIR": str(tmp),
                     "PYTHONPATH": smoke_container.smoke_first(str(package.parent), os.environ.get("PYTHONPATH", "")),
                 },
                 start_new_session=True,
