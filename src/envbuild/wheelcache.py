@@ -17,6 +17,7 @@ import os
 import shutil
 import ssl
 import tempfile
+import time
 import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -222,9 +223,15 @@ class Usage:
     bytes: int
 
 
+# A copy into the cache writes without pause; a part file nothing has written to for this long is
+# what a killed envbuild left (a CUDA wheel's: 2.5 GB), not another run's copy in progress.
+PART_STALE_S = 3600.0
+
+
 def usage() -> Usage:
-    files = [f for f in root().glob("*/*/*.whl") if f.is_file()] if root().is_dir() else []
-    return Usage(root(), len(files), sum(f.stat().st_size for f in files))
+    """The cached wheels, and every byte under the cache: part files a killed copy left count too."""
+    files = [f for f in root().glob("*/*/*") if f.is_file()] if root().is_dir() else []
+    return Usage(root(), sum(f.suffix == ".whl" for f in files), sum(f.stat().st_size for f in files))
 
 
 def needed(lockfiles: Path) -> set[str]:
@@ -240,13 +247,24 @@ def needed(lockfiles: Path) -> set[str]:
 
 
 def prune(keep: set[str]) -> Usage:
-    """Remove every cached wheel whose sha256 is not in `keep`; what was removed."""
+    """Remove every cached wheel whose sha256 is not in `keep`, and from the slots kept, the part
+    files a killed copy left; what was removed (wheels, and all the bytes)."""
     removed = count = 0
+    stale = time.time() - PART_STALE_S
     if root().is_dir():
         for slot in sorted(root().glob("*/*")):
-            if slot.is_dir() and slot.name not in keep:
+            if not slot.is_dir():
+                continue
+            if slot.name not in keep:
                 size = sum(f.stat().st_size for f in slot.iterdir() if f.is_file())
                 shutil.rmtree(slot)
                 removed += size
                 count += 1
+                continue
+            for part in slot.glob(".part-*"):
+                with contextlib.suppress(FileNotFoundError):  # another run's prune, or its copy ending
+                    st = part.stat()
+                    if st.st_mtime < stale:
+                        part.unlink()
+                        removed += st.st_size
     return Usage(root(), count, removed)

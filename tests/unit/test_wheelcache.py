@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -134,6 +135,29 @@ def test_cache_reports_its_size_and_prunes_what_no_lockfile_pins(
     assert cli("cache", "--all").code == 2  # --all only with --prune
     emptied = json.loads(cli("cache", "--prune", "--all", "--json").out)
     assert emptied["wheels"] == 0 and emptied["removed_wheels"] == 1
+
+
+def test_what_a_killed_copy_left_counts_in_the_size_and_prune_removes_it_once_stale(
+    cli: Callable[..., Result], engineless_project: Path, cache: Path
+) -> None:
+    """A SIGKILL during a copy into the cache leaves a part file in a slot the lockfiles still pin:
+    it was invisible to `cache` and never pruned (a CUDA wheel's is 2.5 GB). A part file another run
+    is writing right now stays."""
+    pins, _ = _committed()
+    sha = pins["einops"].hashes[0].split(":", 1)[1]
+    slot = cache / sha[:2] / sha
+    slot.mkdir(parents=True)
+    (slot / "einops-0.8.1-py3-none-any.whl").write_bytes(b"w" * 1000)
+    killed, copying = slot / ".part-killed", slot / ".part-copying"
+    killed.write_bytes(b"k" * 300)
+    copying.write_bytes(b"c" * 20)
+    old = time.time() - wheelcache.PART_STALE_S - 60
+    os.utime(killed, (old, old))
+    report = json.loads(cli("cache", "--json").out)
+    assert (report["wheels"], report["bytes"]) == (1, 1320)
+    pruned = json.loads(cli("cache", "--prune", "--json").out)
+    assert (pruned["removed_wheels"], pruned["freed_bytes"], pruned["wheels"], pruned["bytes"]) == (0, 300, 1, 1020)
+    assert not killed.exists() and copying.exists() and wheelcache.find(sha) is not None
 
 
 def test_an_entry_without_a_locked_size_is_hashed_again_only_when_written_since(
