@@ -93,17 +93,19 @@ def test_what_a_sigkilled_relock_leaves_is_removed_by_the_next_run(
     # a Python that stops right after the entry point's early start: SIGKILL lands before any cleanup
     script = (
         "import os, signal, sys; from envbuild import lockahead; lockahead.start(sys.argv[1:]); "
-        "print(lockahead._state['early'].work, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+        "early = lockahead._state['early']; print(early.work, early.child.pid, flush=True); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
     )
     env = {**os.environ, "ENVBUILD_UV": str(uv), "TMPDIR": str(temp.parent)}
     done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env, check=False)
     assert done.returncode == -signal.SIGKILL
-    left = Path(done.stdout.strip())
+    folder, orphan = done.stdout.split()
+    os.killpg(int(orphan), signal.SIGKILL)  # the early call lives on (a session of its own): stopped here
+    left = Path(folder)
     assert left.parent == temp and left.exists()
     assert tmpdirs.sweep() == []  # young: it could be a live process's in another PID namespace
     os.utime(left, (OLD, OLD))
     assert tmpdirs.sweep() == [left]
-    subprocess.run(["pkill", "-f", str(uv)], check=False)  # the orphaned early call
 
 
 @pytest.mark.parametrize("kind", ["open to others", "a link"])
