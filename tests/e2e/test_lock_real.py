@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import lockfile
+from envbuild import lockfile, tmpdirs
 
 from ..conftest import REPO
 from ..unit.test_hardening import record
@@ -305,7 +305,7 @@ def test_a_relock_typed_again_resolves_while_the_cli_loads_and_writes_the_same_l
         done = envbuild(*args, cwd=proj, env={**env, **extra})
         assert done.returncode == 0, done.stderr
         # no folder of an early call left behind (envbuild's own folder in TMPDIR stays, empty)
-        assert [p for p in temp.rglob("*") if p.name != f"envbuild-{os.getuid()}"] == []
+        assert [p for p in temp.rglob("*") if p.name != f"{tmpdirs.PREFIX}{os.getuid()}"] == []
         return [line.split()[0] for line in log.read_text().splitlines()]
 
     assert run(*relock, ENVBUILD_LOCK_AHEAD="0")  # the reference: nothing started early
