@@ -131,8 +131,8 @@ ENTRY_SCRIPT_TEXT = (
 
 
 PIP_WRAPPERS = ("bin/pip", "bin/pip3")
-"""/opt/envbuild/bin, first on the image's PATH: pip, saying how to extend the image when the
-image's user is refused an install (the environment belongs to root; README "Building on an envbuild image")."""
+"""/opt/envbuild/bin, first on the image's PATH: pip, saying how to extend the image when a uid
+the environment does not belong to is refused an install (README "Building on an envbuild image")."""
 
 
 def pip_wrapper() -> str:

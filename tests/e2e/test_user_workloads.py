@@ -128,19 +128,32 @@ def _build_with(cli: Any, dockerfile: str, wheel: Path) -> Any:
 def test_an_image_built_from_an_envbuild_image_adds_a_package(
     docker_client: Any, built_cpu: dict[str, Any], tmp_path: Path, e2e_project: Path
 ) -> None:
-    """The README's derived Dockerfile: FROM the image, USER root for the install, back to the user.
-    Without the USER lines pip is refused (the environment belongs to root) and says how to fix it."""
+    """The README's derived Dockerfile: FROM the image and pip install, no USER lines (the environment
+    belongs to the image's user). A USER the environment does not belong to is refused and told how
+    to fix it; USER root works as well."""
     import docker
 
     wheel = _wheel(tmp_path)
     install = f"COPY {wheel.name} /tmp/\nRUN pip install --no-cache-dir --no-index /tmp/{wheel.name}\n"
     with pytest.raises(docker.errors.BuildError) as refused:
-        _build_with(docker_client, f"FROM {built_cpu['image_id']}\n{install}", wheel)
+        _build_with(docker_client, f"FROM {built_cpu['image_id']}\nUSER 4242:4242\n{install}", wheel)
     said = "".join(str(e.get("stream", "")) + str(e.get("error", "")) for e in refused.value.build_log)
     assert "Permission denied" in said
-    assert "in a Dockerfile, put 'USER root' before this step and 'USER 1000:1000' after it" in said
-    image = _build_with(docker_client, f"FROM {built_cpu['image_id']}\nUSER root\n{install}USER 1000:1000\n", wheel)
+    assert "belongs to uid 1000, not to uid 4242" in said
+    assert "in a Dockerfile, put 'USER root' before this step and 'USER 4242:4242' after it" in said
+    as_root = _build_with(docker_client, f"FROM {built_cpu['image_id']}\nUSER root\n{install}USER 1000:1000\n", wheel)
+    docker_client.images.remove(as_root.id, force=True)
+    image = _build_with(docker_client, f"FROM {built_cpu['image_id']}\n{install}", wheel)
     try:
+        # the environment is the user's, in every layer; what holds it and the smoke test stay root's
+        site = "/opt/venv/lib/python3.11/site-packages"
+        paths = ["/opt", "/opt/venv", "/opt/venv/bin/python", site, f"{site}/torch/__init__.py", f"{site}/numpy"]
+        paths.append("/opt/envbuild/manifest.json")
+        owners = _run(docker_client, built_cpu["image_id"], "stat", "-c", "%u %n", *paths)
+        assert owners.split("\n")[:7] == [
+            "0 /opt", "1000 /opt/venv", "1000 /opt/venv/bin/python", f"1000 {site}",
+            f"1000 {site}/torch/__init__.py", f"1000 {site}/numpy", "0 /opt/envbuild/manifest.json",
+        ], owners  # fmt: skip
         # it inherits io.envbuild.smoke=passed, but it is not the image that passed
         assert smokerecord.state(docker_client.images.get(built_cpu["image_id"]).attrs) == "passed"
         assert smokerecord.state(image.attrs) == "altered"

@@ -44,14 +44,18 @@ def test_the_container_starts_the_host_copy_first_on_the_path_under_the_engines_
     assert not container.is_smoke_command(["true"])
 
 
-def _image_pip(tmp_path: Path, uid: int, args: list[str], code: int, **env: str) -> subprocess.CompletedProcess[str]:
-    """The image's pip wrapper run as `uid`, with a fake `python -m pip` that exits with `code`."""
+def _image_pip(
+    tmp_path: Path, uid: int, args: list[str], code: int, *, writable: bool = False, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The image's pip wrapper run as `uid`, with a fake `python -m pip` that exits with `code`;
+    the environment's site folder one this user can write (`writable`: it is the user's) or not."""
+    site = tmp_path if writable else tmp_path / "no-such-site"
     tools = tmp_path / "bin"
     tools.mkdir(exist_ok=True)
     fake = {
         "id": f'#!/bin/sh\n[ "$1" = -g ] && echo {uid} && exit 0\necho {uid}\n',
-        # pip's own run, with the exit code under test; the site folder, one this user cannot write
-        "python": f'#!/bin/sh\n[ "$1" = -m ] && echo "pip ran: $*" && exit {code}\necho {tmp_path}/no-such-site\n',
+        # pip's own run, with the exit code under test; then the site folder
+        "python": f'#!/bin/sh\n[ "$1" = -m ] && echo "pip ran: $*" && exit {code}\necho {site}\n',
     }
     for name, text in fake.items():
         (tools / name).write_text(text)
@@ -75,15 +79,17 @@ def _image_pip(tmp_path: Path, uid: int, args: list[str], code: int, **env: str)
         (0, ["install", "x"], 0, "/opt/envbuild/constraints.txt", False),  # it worked
         (0, ["install", "x"], 1, "", False),  # cleared for this install: pip's conflict is its own
         (0, ["download", "x"], 1, "/opt/envbuild/constraints.txt", False),
-        (1000, ["install", "x"], 1, "/opt/envbuild/constraints.txt", False),  # refused: the USER fix instead
+        (1000, ["install", "torch==2.14.0"], 1, "/opt/envbuild/constraints.txt", True),  # the image's user
+        (4242, ["install", "x"], 1, "/opt/envbuild/constraints.txt", False),  # refused: the USER fix instead
     ],
 )
-def test_a_failed_install_as_root_is_told_where_a_constraint_comes_from(
+def test_a_failed_install_is_told_where_a_constraint_comes_from(
     tmp_path: Path, uid: int, args: list[str], code: int, constraint: str, hinted: bool
 ) -> None:
     """pip's "The user requested (constraint) torch==2.13.0+cpu" names no file: the image's
     PIP_CONSTRAINT holds the tested torch build and numpy, and the wrapper says so and how to change it."""
-    out = _image_pip(tmp_path, uid, args, code, PIP_CONSTRAINT=constraint)
+    # the environment is uid 1000's (the image's user), and root writes anywhere
+    out = _image_pip(tmp_path, uid, args, code, writable=uid in {0, 1000}, PIP_CONSTRAINT=constraint)
     assert out.returncode == code
     said = "this image's tested torch build or numpy (/opt/envbuild/constraints.txt)"
     assert (said in out.stderr) is hinted, out.stderr
@@ -94,27 +100,27 @@ def test_a_failed_install_as_root_is_told_where_a_constraint_comes_from(
 @pytest.mark.parametrize(
     ("uid", "args", "code", "hinted"),
     [
-        (1000, ["install", "tqdm"], 1, True),
-        (1000, ["--disable-pip-version-check", "install", "-r", "r.txt"], 1, True),
-        (1000, ["install", "tqdm"], 0, False),  # it worked (a --target elsewhere, say)
-        (1000, ["list"], 2, False),
-        (1000, ["install", "--target", "/nowhere", "tqdm"], 1, False),  # not the environment: its own error
-        (1000, ["install", "--prefix=/nowhere", "tqdm"], 1, False),
-        (1000, ["install", "--user", "tqdm"], 1, False),
+        (4242, ["install", "tqdm"], 1, True),
+        (4242, ["--disable-pip-version-check", "install", "-r", "r.txt"], 1, True),
+        (4242, ["install", "tqdm"], 0, False),  # it worked (a --target elsewhere, say)
+        (4242, ["list"], 2, False),
+        (4242, ["install", "--target", "/nowhere", "tqdm"], 1, False),  # not the environment: its own error
+        (4242, ["install", "--prefix=/nowhere", "tqdm"], 1, False),
+        (4242, ["install", "--user", "tqdm"], 1, False),
         (0, ["install", "tqdm"], 1, False),  # root's install failed for another reason
     ],
 )
 def test_the_images_pip_names_the_fix_when_the_user_is_refused_an_install(
     tmp_path: Path, uid: int, args: list[str], code: int, hinted: bool
 ) -> None:
-    """`FROM image` + `RUN pip install` as the image's user failed with pip's "Permission denied
-    ... Check the permissions" alone: the environment belongs to root by design."""
+    """An install as a uid the environment does not belong to (`docker run -u`, a derived
+    Dockerfile's USER) failed with pip's "Permission denied ... Check the permissions" alone."""
     out = _image_pip(tmp_path, uid, args, code)
     assert out.returncode == code and out.stdout == f"pip ran: -m pip {' '.join(args)}\n"
     fix = f"envbuild: in a Dockerfile, put 'USER root' before this step and 'USER {uid}:{uid}' after it."
     assert (fix in out.stderr) is hinted, out.stderr
     if hinted:
-        assert f"{tmp_path}/no-such-site belongs to root" in out.stderr
+        assert f"{tmp_path}/no-such-site belongs to uid ?, not to uid {uid}" in out.stderr
 
 
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])

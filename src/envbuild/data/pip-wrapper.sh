@@ -1,8 +1,9 @@
 #!/bin/sh
-# envbuild: the environment's pip, run as `python -m pip`. The environment belongs to root, so the
-# image's user cannot change what the smoke test certified; an install it is refused gets the fix
-# for a derived Dockerfile after pip's own error (README: "Building on an envbuild image"). A failed
-# install as root is told where a "(constraint)" comes from: PIP_CONSTRAINT, the tested torch and numpy.
+# envbuild: the environment's pip, run as `python -m pip`. The environment belongs to the image's
+# user, so `FROM image` + `RUN pip install` works as it is; another uid (`docker run -u`, a USER line
+# of a derived Dockerfile) is refused, and gets the fix after pip's own error (README: "Building on
+# an envbuild image"). A failed install is told where a "(constraint)" comes from: PIP_CONSTRAINT,
+# the tested torch and numpy.
 python -m pip "$@"
 code=$?
 # An install aimed elsewhere (--target, --prefix, --root, --user) failed for its own reason.
@@ -20,7 +21,7 @@ if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ]; then
                 site=""
                 [ "$(id -u)" -ne 0 ] && site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)"
                 if [ -n "$site" ] && [ ! -w "$site" ]; then
-                    echo "envbuild: $site belongs to root: the image's user cannot change the tested environment." >&2
+                    echo "envbuild: $site belongs to uid $(stat -c %u "$site" 2>/dev/null || echo '?'), not to uid $(id -u): this user cannot change the environment." >&2
                     echo "envbuild: in a Dockerfile, put 'USER root' before this step and 'USER $(id -u):$(id -g)' after it." >&2
                     exit "$code"
                 fi ;;
