@@ -4,46 +4,119 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from envbuild.errors import WriteFailed
 
 
 def atomic_write_many(files: dict[Path, str]) -> list[Path]:
-    """Write every file to a temp name first, then rename them all into place.
+    """Write every file unnamed first, then give each its name with one rename.
 
-    The renames happen only after every temp file is complete and fsynced, so a
-    kill before that point leaves the previous versions untouched.
+    The renames happen only after every file is complete and fsynced, so a kill before that
+    point leaves the previous versions untouched. The new contents have no name until the
+    moment they replace the old (Linux's O_TMPFILE): SIGKILL, which no handler sees, leaves no
+    temporary file beside a lockfile; where O_TMPFILE is missing, a later write of the same file
+    sweeps what a dead writer left.
     """
-    staged: list[tuple[Path, Path]] = []
+    staged: list[_Staged] = []
     path = Path()
     try:
         for given, text in files.items():
             # a link (a lockfile shared between checkouts, say) is written through, never replaced
             path = given.resolve() if given.is_symlink() else given
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            _sweep_dead_writers(path)
             # registered before a byte is written: a full disk mid-write must not leave it behind
-            staged.append((Path(tmp_name), path))
-            # mkstemp makes 0600 files; lockfiles and build context files must be world-readable
-            # (a non-root user in the image reads what COPY put there).
+            staged.append(_Staged.open(path))
+            fd = staged[-1].fd
+            # new files are 0600 (mkstemp) or follow the umask; lockfiles and build context files
+            # must be world-readable (a non-root user in the image reads what COPY put there).
             os.fchmod(fd, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n", closefd=False) as fh:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
-        for tmp, path in staged:
-            os.replace(tmp, path)
+        for item in staged:
+            path = item.path
+            item.publish()
     except OSError as exc:
         raise _failed(exc, path) from exc
     finally:
-        for tmp, _ in staged:
+        for item in staged:
+            item.discard()
+    return [item.path for item in staged]
+
+
+_TEMP_SUFFIX = ".tmp"
+_LIVE_WRITE_S = 60.0
+_PROC_FDS = Path("/proc/self/fd")
+
+
+class _Staged:
+    """One file's new contents, written through `fd`; named only when published, unless the
+    filesystem has no O_TMPFILE (then `tmp` names it from the start)."""
+
+    def __init__(self, path: Path, dir_fd: int, fd: int, tmp: str | None) -> None:
+        self.path, self.dir_fd, self.fd, self.tmp = path, dir_fd, fd, tmp
+
+    @classmethod
+    def open(cls, path: Path) -> _Staged:
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        # naming the file later goes through /proc, which a minimal container may not mount
+        if _PROC_FDS.is_dir():
+            try:
+                fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600, dir_fd=dir_fd)
+                return cls(path, dir_fd, fd, None)
+            except (AttributeError, OSError):  # not Linux, or a filesystem without it (some network ones)
+                pass
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=_TEMP_SUFFIX, dir=path.parent)
+        except OSError:
+            os.close(dir_fd)
+            raise
+        return cls(path, dir_fd, fd, Path(tmp).name)
+
+    def publish(self) -> None:
+        if self.tmp is None:
+            # Linking /proc/self/fd/N gives the unnamed file a name; only linkat with a directory fd
+            # follows that link (plain link(2) would try to link the /proc entry itself).
+            tmp = f"{_temp_prefix(self.path)}{os.urandom(4).hex()}{_TEMP_SUFFIX}"
+            os.link(_PROC_FDS / str(self.fd), tmp, dst_dir_fd=self.dir_fd, follow_symlinks=True)
+            self.tmp = tmp
+        os.replace(self.tmp, self.path.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        self.tmp = None
+
+    def discard(self) -> None:
+        if self.tmp is not None:
             with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-    return [path for _, path in staged]
+                os.unlink(self.tmp, dir_fd=self.dir_fd)
+        os.close(self.fd)
+        os.close(self.dir_fd)
+
+
+def _temp_prefix(path: Path) -> str:
+    # the writer's pid in the name lets a later write tell a dead writer's leftover from a live one's
+    return f".{path.name}.{os.getpid()}."
+
+
+def _sweep_dead_writers(path: Path) -> None:
+    """Remove temporary files a killed writer of `path` left (only possible without O_TMPFILE,
+    or in the instant between naming a file and renaming it)."""
+    from envbuild.tmpdirs import process_gone
+
+    now = time.time()
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*{_TEMP_SUFFIX}"):
+        pid = leftover.name[len(path.name) + 2 :].split(".", 1)[0]
+        # A minute old as well: a folder mounted into a container is shared with a writer that
+        # this PID namespace cannot see, and no live writer keeps a temporary file that long.
+        with contextlib.suppress(OSError):
+            if pid.isdigit() and process_gone(int(pid)) and now - leftover.stat().st_mtime > _LIVE_WRITE_S:
+                leftover.unlink()
 
 
 def file_error(exc: OSError) -> WriteFailed:

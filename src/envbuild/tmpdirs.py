@@ -73,7 +73,8 @@ def _owner(name: str) -> int | None:
     return int(parts[1][1:])
 
 
-def _gone(pid: int) -> bool:
+def process_gone(pid: int) -> bool:
+    """Whether no process of this PID namespace has `pid` (this process is never gone)."""
     if pid == os.getpid():
         return False
     try:
@@ -99,7 +100,7 @@ def sweep(older_than: float = STALE_AFTER_S) -> list[Path]:
         return removed
     for entry in entries:
         pid = _owner(entry.name)
-        if pid is None or not _gone(pid):
+        if pid is None or not process_gone(pid):
             continue
         try:
             if not entry.is_dir(follow_symlinks=False) or now - entry.stat(follow_symlinks=False).st_mtime < older_than:

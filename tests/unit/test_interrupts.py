@@ -165,6 +165,62 @@ def test_a_full_disk_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytes
     assert list(tmp_path.iterdir()) == []
 
 
+_KILLED_WHILE_WRITING = """
+import os, signal, sys
+from pathlib import Path
+from envbuild import fsutil
+{setup}
+real_fsync = os.fsync
+synced = []
+def fsync(fd):
+    real_fsync(fd)
+    synced.append(fd)
+    if len(synced) == 2:  # both files complete, neither renamed yet
+        os.kill(os.getpid(), signal.SIGKILL)
+os.fsync = fsync
+folder = Path(sys.argv[1])
+fsutil.atomic_write_many({{folder / "requirements.lock": "new" * 4, folder / "pylock.toml": "new" * 4}})
+"""
+
+
+def _kill_a_writer(folder: Path, setup: str = "") -> subprocess.CompletedProcess[str]:
+    code = _KILLED_WHILE_WRITING.format(setup=setup)
+    return subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=False)
+
+
+def test_a_writer_killed_before_its_renames_leaves_the_old_files_and_no_temporary_one(tmp_path: Path) -> None:
+    (tmp_path / "requirements.lock").write_text("old\n")
+    (tmp_path / "pylock.toml").write_text("old\n")
+    res = _kill_a_writer(tmp_path)
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    # SIGKILL runs no clean-up: the new contents had no name yet, so nothing is left beside the lockfiles
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pylock.toml", "requirements.lock"]
+    assert (tmp_path / "requirements.lock").read_text() == "old\n"
+
+
+def test_without_o_tmpfile_the_next_write_sweeps_what_a_killed_writer_left(tmp_path: Path) -> None:
+    from envbuild import fsutil
+
+    (tmp_path / "requirements.lock").write_text("old\n")
+    res = _kill_a_writer(tmp_path, setup="del os.O_TMPFILE  # a filesystem or platform without it")
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    left = sorted(p.name for p in tmp_path.glob(".*.tmp"))
+    assert len(left) == 2 and (tmp_path / "requirements.lock").read_text() == "old\n"
+    fsutil.atomic_write_many({tmp_path / "other.lock": "x"})
+    assert len(list(tmp_path.glob(".*.tmp"))) == 2  # another file's write: not its business
+    fsutil.atomic_write_many({tmp_path / "pylock.toml": "new\n"})
+    # written a moment ago: the writer may live in a container's PID namespace, so they stay for now
+    assert len(list(tmp_path.glob(".*.tmp"))) == 2
+    for name in left:
+        os.utime(tmp_path / name, (time.time() - 120, time.time() - 120))
+    live = tmp_path / f".requirements.lock.{os.getpid()}.abcd.tmp"  # a writer still at work: not touched
+    live.write_text("partial")
+    os.utime(live, (time.time() - 120, time.time() - 120))
+    fsutil.atomic_write_many({tmp_path / "requirements.lock": "new\n", tmp_path / "pylock.toml": "new\n"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "other.lock", "pylock.toml", "requirements.lock"]
+    assert (tmp_path / "requirements.lock").read_text() == "new\n"
+
+
 def test_a_symlinked_lockfile_is_written_through(tmp_path: Path) -> None:
     from envbuild import fsutil
 

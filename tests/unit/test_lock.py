@@ -203,7 +203,7 @@ def test_atomic_write_many_leaves_old_file_on_failure(tmp_path: Path, monkeypatc
     target.write_text("old\n")
     calls = []
 
-    def fail_replace(src: str, dst: str) -> None:
+    def fail_replace(src: str, dst: str, **_: object) -> None:
         calls.append(dst)
         raise OSError(errno.ENOSPC, "No space left on device")
 
