@@ -27,7 +27,7 @@ if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ]; then
                 fi ;;
         esac
         if [ "$arg" = install ] && [ -n "${PIP_CONSTRAINT:-}" ]; then
-            echo "envbuild: a \"(constraint)\" in pip's conflict above is this image's tested torch build or numpy" \
+            echo "envbuild: a \"(constraint)\" in pip's error above, if it names one, is this image's tested torch build or numpy" \
                 "($PIP_CONSTRAINT): change it in the profile and rebuild, or clear it for this install:" \
                 "PIP_CONSTRAINT= pip install ..." >&2
         fi
