@@ -135,9 +135,8 @@ def check_writable(path: Path) -> None:
     """Fail now, not after a long run whose result would then be lost, when `path` cannot be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
-        os.close(fd)
-        os.unlink(probe)
+        # the same way atomic_write_many writes: the probe has no name, so no kill leaves it behind
+        _Staged.open(path).discard()
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     except OSError as exc:
