@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from envbuild.errors import WriteFailed
+from envbuild.tmpdirs import process_gone
 
 
 def atomic_write_many(files: dict[Path, str]) -> list[Path]:
@@ -107,8 +108,6 @@ def _temp_prefix(path: Path) -> str:
 def _sweep_dead_writers(path: Path) -> None:
     """Remove temporary files a killed writer of `path` left (only possible without O_TMPFILE,
     or in the instant between naming a file and renaming it)."""
-    from envbuild.tmpdirs import process_gone
-
     now = time.time()
     for leftover in path.parent.glob(f".{glob.escape(path.name)}.*{_TEMP_SUFFIX}"):
         pid = leftover.name[len(path.name) + 2 :].split(".", 1)[0]
