@@ -24,16 +24,15 @@ def atomic_write_many(files: dict[Path, str]) -> list[Path]:
     temporary file beside a lockfile; where O_TMPFILE is missing, a later write of the same file
     sweeps what a dead writer left.
     """
-    staged: list[_Staged] = []
+    staged: list[Staged] = []
     path = Path()
     try:
         for given, text in files.items():
             # a link (a lockfile shared between checkouts, say) is written through, never replaced
             path = given.resolve() if given.is_symlink() else given
             path.parent.mkdir(parents=True, exist_ok=True)
-            _sweep_dead_writers(path)
             # registered before a byte is written: a full disk mid-write must not leave it behind
-            staged.append(_Staged.open(path))
+            staged.append(Staged.open(path))
             fd = staged[-1].fd
             # new files are 0600 (mkstemp) or follow the umask; lockfiles and build context files
             # must be world-readable (a non-root user in the image reads what COPY put there).
@@ -58,15 +57,18 @@ _LIVE_WRITE_S = 60.0
 _PROC_FDS = Path("/proc/self/fd")
 
 
-class _Staged:
+class Staged:
     """One file's new contents, written through `fd`; named only when published, unless the
-    filesystem has no O_TMPFILE (then `tmp` names it from the start)."""
+    filesystem has no O_TMPFILE (then `tmp` names it from the start). `discard` always follows
+    (a `finally`): after `publish` it only closes, before it the contents are dropped."""
 
     def __init__(self, path: Path, dir_fd: int, fd: int, tmp: str | None) -> None:
         self.path, self.dir_fd, self.fd, self.tmp = path, dir_fd, fd, tmp
 
     @classmethod
-    def open(cls, path: Path) -> _Staged:
+    def open(cls, path: Path) -> Staged:
+        """New contents for `path`, whose folder exists; what a killed writer of it left is swept."""
+        _sweep_dead_writers(path)
         dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         # naming the file later goes through /proc, which a minimal container may not mount
         if _PROC_FDS.is_dir():
@@ -135,7 +137,7 @@ def check_writable(path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # the same way atomic_write_many writes: the probe has no name, so no kill leaves it behind
-        _Staged.open(path).discard()
+        Staged.open(path).discard()
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     except OSError as exc:

@@ -237,6 +237,7 @@ def remember(args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None
         path = _record_path(argv)
         path.parent.mkdir(parents=True, exist_ok=True)
         import tempfile
+        import time
 
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record-")
         try:
@@ -249,3 +250,7 @@ def remember(args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None
         records = sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in records[KEEP_RECORDS:]:
             old.unlink(missing_ok=True)
+        # what a run killed mid-write left: a record is written in a blink, so a minute-old one is dead
+        for left in path.parent.glob(".record-*"):
+            if left.stat().st_mtime < time.time() - 60:
+                left.unlink(missing_ok=True)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import ssl
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterable
@@ -27,7 +27,7 @@ from pathlib import Path
 from envbuild import tmpdirs
 from envbuild._compat import tomllib
 from envbuild.errors import WriteFailed
-from envbuild.fsutil import sha256_file
+from envbuild.fsutil import Staged, sha256_file
 from envbuild.lockfile import Pin, parse_requirements
 from envbuild.names import FIXED_MTIME, canonical
 
@@ -56,30 +56,35 @@ def find(sha: str) -> Path | None:
 
 def add(source: Path, sha: str) -> Path | None:
     """Store a copy of `source` if its sha256 is `sha`; the stored path, or None for a file that is
-    not what the lock says. Atomic: a half-copied file never sits under a hash."""
+    not what the lock says. The copy has no name until its hash checked out (fsutil.Staged): a
+    half-copied file never sits under a hash, and a killed copy (a CUDA wheel's: 2.5 GB) leaves
+    nothing behind. The hash is taken as the bytes go by, not by reading the copy again."""
     slot = _slot(sha)
+    target = slot / source.name
     try:
         slot.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=slot, prefix=".part-")
+        staged = Staged.open(target)
     except OSError as exc:
-        raise _cache_error(exc, slot / source.name) from exc
+        raise _cache_error(exc, target) from exc
     try:
-        try:
-            with os.fdopen(fd, "wb") as out, source.open("rb") as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-        except OSError as exc:
-            if exc.filename is not None:
-                raise  # reading the source: its error names it
-            raise _cache_error(exc, slot / source.name) from exc  # a write's error names no file
-        if sha256_file(Path(tmp)) != sha:
-            return None
-        os.utime(tmp, (FIXED_MTIME, FIXED_MTIME))
-        target = slot / source.name
-        os.replace(tmp, target)
+        digest = hashlib.sha256()
+        with source.open("rb") as src:  # a read's error names the source: the CLI says which file
+            try:
+                with os.fdopen(staged.fd, "wb", closefd=False) as out:
+                    while chunk := src.read(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+                if digest.hexdigest() != sha:
+                    return None
+                os.utime(staged.fd, (FIXED_MTIME, FIXED_MTIME))
+                staged.publish()
+            except OSError as exc:
+                if exc.filename is not None and Path(exc.filename) == source:
+                    raise
+                raise _cache_error(exc, target) from exc  # a write's error names no file, or a temporary one
         return target
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        staged.discard()
 
 
 @dataclass(frozen=True)
@@ -223,8 +228,10 @@ class Usage:
     bytes: int
 
 
-# A copy into the cache writes without pause; a part file nothing has written to for this long is
-# what a killed envbuild left (a CUDA wheel's: 2.5 GB), not another run's copy in progress.
+# A copy into the cache writes without pause; a temporary file nothing has written to for this long is
+# what a killed envbuild left (a CUDA wheel's: 2.5 GB), not another run's copy in progress. Only where
+# the filesystem has no O_TMPFILE (a copy is unnamed otherwise), or from an envbuild before 2026-12-04
+# (its `.part-*` files).
 PART_STALE_S = 3600.0
 
 
@@ -261,7 +268,7 @@ def prune(keep: set[str]) -> Usage:
                 removed += size
                 count += 1
                 continue
-            for part in slot.glob(".part-*"):
+            for part in slot.glob(".*"):  # `.part-*`, or fsutil's `.NAME.PID.*.tmp`
                 with contextlib.suppress(FileNotFoundError):  # another run's prune, or its copy ending
                     st = part.stat()
                     if st.st_mtime < stale:

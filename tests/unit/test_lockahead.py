@@ -237,6 +237,18 @@ def test_old_records_are_removed_past_the_limit(fake: Path, tmp_path: Path) -> N
     assert not (folder / f"{0:032x}.json").exists()  # the least recent went first
 
 
+def test_a_record_a_killed_run_left_half_written_is_removed_once_a_minute_old(fake: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "cache" / "envbuild" / "lock-ahead"
+    folder.mkdir(parents=True)
+    dead, writing = folder / ".record-dead", folder / ".record-writing"
+    dead.write_text('{"args": [')
+    writing.write_text('{"args": [')
+    os.utime(dead, (1000, 1000))
+    _first_run(tmp_path)
+    assert not dead.exists() and writing.exists()
+    assert len(list(folder.glob("*.json"))) == 1
+
+
 def test_the_console_script_starts_it_before_the_cli_is_imported(fake: Path, tmp_path: Path) -> None:
     """The entry point itself: with a record, the early call starts even when the lock then fails
     (no such project), and is stopped and removed when the process ends."""

@@ -136,6 +136,11 @@ def test_a_project_script_that_hangs_is_stopped_at_its_limit(tmp_path: Path) -> 
         usercheck.run_script(_ctx(expect_path=str(tmp_path / "expect.json")), Result("x"), script)
 
 
+def test_the_table_names_what_a_derived_image_added_beyond_its_lockfile() -> None:
+    check = {"reason": "", "facts": {"torch": "2.3.1", "numpy": "1.26.4", "not_in_lockfile": ["einops", "tqdm"]}}
+    assert report.detail(check) == "torch=2.3.1, numpy=1.26.4, not_in_lockfile=einops tqdm"
+
+
 def test_project_checks_run_after_the_built_in_ones(tmp_path: Path) -> None:
     ctx = _ctx({"checks": [{"file": "a.py", "path": "checks/a.py"}, {"file": "b.py", "path": "checks/b.py"}]})
     names = [name for name, _ in report._checks(ctx)]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 
 from envbuild import lockfile, wheelcache
 from envbuild.errors import WriteFailed
+from envbuild.fsutil import Staged
 from tests.conftest import Result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,14 +67,16 @@ def test_a_full_disk_under_the_cache_is_named_with_its_fix(
     wheel = tmp_path / "demo-1.0-py3-none-any.whl"
     wheel.write_bytes(b"x" * 4096)
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    real_mkstemp = tempfile.mkstemp
+    real_open = Staged.open
 
-    def full(dir: str | Path, prefix: str) -> tuple[int, str]:
-        fd, path = real_mkstemp(dir=dir, prefix=prefix)
-        os.close(fd)
-        return os.open("/dev/full", os.O_WRONLY), path
+    def full(path: Path) -> Staged:
+        staged = real_open(path)
+        device = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(device, staged.fd)  # the copy's own descriptor now writes to a disk with no room
+        os.close(device)
+        return staged
 
-    monkeypatch.setattr(tempfile, "mkstemp", full)
+    monkeypatch.setattr(Staged, "open", staticmethod(full))
     with pytest.raises(WriteFailed) as caught:
         wheelcache.add(wheel, sha)
     assert "the wheel cache is full: cannot write" in caught.value.message and "No space left" in caught.value.message
@@ -83,7 +88,6 @@ def test_a_full_disk_under_the_cache_is_named_with_its_fix(
     pins, pylock = _committed()
     item = next(i for i in wheelcache.wanted(pylock, pins) if i.name == "einops")
     (house / item.filename).write_bytes(b"y")
-    monkeypatch.setattr(wheelcache, "sha256_file", lambda _: item.sha256)
     res = cli("build", "cpu-py311", "--context-only", "--find-links", str(house))
     assert res.code == 11, res.err
     assert "the wheel cache is full" in res.err and "internal error" not in res.err
@@ -137,6 +141,42 @@ def test_cache_reports_its_size_and_prunes_what_no_lockfile_pins(
     assert emptied["wheels"] == 0 and emptied["removed_wheels"] == 1
 
 
+def test_a_copy_killed_halfway_leaves_nothing_in_the_cache(cache: Path, tmp_path: Path) -> None:
+    """SIGKILL, which no handler sees, mid-copy: the copy had no name yet, so nothing is left (it
+    was a `.part-*` file, up to 2.5 GB for a CUDA wheel, until `cache --prune` an hour later). The
+    source is a pipe, so the kill lands while the copy is open and part-written, every time."""
+    source = tmp_path / "demo-1.0-py3-none-any.whl"
+    os.mkfifo(source)
+    sha = "ab" * 32
+    code = f"from pathlib import Path; from envbuild import wheelcache; wheelcache.add(Path({str(source)!r}), {sha!r})"
+    child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, wheelcache.CACHE_ENV: str(cache)})
+    slot = cache / sha[:2] / sha
+    try:
+        with source.open("wb") as pipe:
+            pipe.write(b"w" * (3 << 20))  # blocks until the child has read (and so written) most of it
+            deadline = time.monotonic() + 30
+            while not any(str(slot) in _target(fd) for fd in Path(f"/proc/{child.pid}/fd").iterdir()):
+                assert time.monotonic() < deadline, "the child never opened its copy"
+                time.sleep(0.01)
+            child.kill()
+            child.wait(10)
+    except BrokenPipeError:
+        pass  # the child is gone: the pipe has no reader
+    finally:
+        child.kill()
+        child.wait(10)
+    assert child.returncode == -signal.SIGKILL
+    assert slot.is_dir() and list(slot.iterdir()) == []
+    assert wheelcache.usage().bytes == 0
+
+
+def _target(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except OSError:  # closed since it was listed
+        return ""
+
+
 def test_what_a_killed_copy_left_counts_in_the_size_and_prune_removes_it_once_stale(
     cli: Callable[..., Result], engineless_project: Path, cache: Path
 ) -> None:
@@ -149,15 +189,19 @@ def test_what_a_killed_copy_left_counts_in_the_size_and_prune_removes_it_once_st
     slot.mkdir(parents=True)
     (slot / "einops-0.8.1-py3-none-any.whl").write_bytes(b"w" * 1000)
     killed, copying = slot / ".part-killed", slot / ".part-copying"
+    # what a copy killed where the filesystem has no O_TMPFILE leaves (fsutil's fallback name)
+    fallback = slot / ".einops-0.8.1-py3-none-any.whl.4242.0a1b2c3d.tmp"
     killed.write_bytes(b"k" * 300)
+    fallback.write_bytes(b"f" * 200)
     copying.write_bytes(b"c" * 20)
     old = time.time() - wheelcache.PART_STALE_S - 60
     os.utime(killed, (old, old))
+    os.utime(fallback, (old, old))
     report = json.loads(cli("cache", "--json").out)
-    assert (report["wheels"], report["bytes"]) == (1, 1320)
+    assert (report["wheels"], report["bytes"]) == (1, 1520)
     pruned = json.loads(cli("cache", "--prune", "--json").out)
-    assert (pruned["removed_wheels"], pruned["freed_bytes"], pruned["wheels"], pruned["bytes"]) == (0, 300, 1, 1020)
-    assert not killed.exists() and copying.exists() and wheelcache.find(sha) is not None
+    assert (pruned["removed_wheels"], pruned["freed_bytes"], pruned["wheels"], pruned["bytes"]) == (0, 500, 1, 1020)
+    assert not killed.exists() and not fallback.exists() and copying.exists() and wheelcache.find(sha) is not None
 
 
 def test_an_entry_without_a_locked_size_is_hashed_again_only_when_written_since(

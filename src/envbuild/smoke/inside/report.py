@@ -94,6 +94,7 @@ SUMMARY_FACTS = (
     "preload",
     "torch",
     "numpy",
+    "not_in_lockfile",  # --lock-match pins: what a derived image added, named in the table too
     "device_count",
     "version",
     "world_size",
@@ -115,7 +116,11 @@ SUMMARY_FACTS = (
 def detail(check: dict[str, Any]) -> str:
     """One line for a check: its reason, or the facts a person looks at first."""
     facts = check["facts"]
-    return str(check["reason"]) or ", ".join(f"{k}={facts[k]}" for k in SUMMARY_FACTS if k in facts)
+    return str(check["reason"]) or ", ".join(f"{k}={_shown(facts[k])}" for k in SUMMARY_FACTS if k in facts)
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def table(report: dict[str, Any]) -> str:
