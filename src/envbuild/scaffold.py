@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -201,12 +201,13 @@ def create(
     with tmpdirs.private("new") as tmp:
         trial = Path(tmp) / f"{name}.yaml"
         trial.write_text(text, encoding="utf-8")
-        loaded = validate.check(trial, shown)
+        # named for what it is: a file:line the user cannot open would send them looking for it
+        loaded = validate.check(trial, f"envbuild new {name}")
     if loaded.errors:
         raise ProfileError(
-            f"{shown}: the chosen combination is invalid; nothing written",
-            loaded.diagnostics,
-            hint="nothing was written; choose with --torch / --numpy / --base, or write the profile by hand",
+            f"envbuild new {name}: the chosen combination is invalid; {shown} was not written",
+            [replace(d, line=None) for d in loaded.diagnostics],
+            hint=f"nothing was written; choose with --torch / --numpy / --base, or write {shown} by hand",
         )
     files = {target: text}
     ignore = project.root / ".gitignore"
