@@ -78,10 +78,8 @@ def add(source: Path, sha: str) -> Path | None:
                     return None
                 os.utime(staged.fd, (FIXED_MTIME, FIXED_MTIME))
                 staged.publish()
-            except OSError as exc:
-                if exc.filename is not None and Path(exc.filename) == source:
-                    raise
-                raise _cache_error(exc, target) from exc  # a write's error names no file, or a temporary one
+            except OSError as exc:  # a write's error names no file, a rename's a temporary one
+                raise _cache_error(exc, target) from exc
         return target
     finally:
         staged.discard()
