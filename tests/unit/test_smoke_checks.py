@@ -506,6 +506,35 @@ def test_a_locked_package_imported_from_outside_the_environment_fails_the_integr
     assert (found.modules, found.libraries) == ([], [])
 
 
+def test_checking_where_a_locked_pip_imports_from_leaves_setuptools_distutils_in_place() -> None:
+    """A profile that pins pip (Python 3.11) failed torch.compile in the smoke test of a good image:
+    importlib's find_spec("pip") makes setuptools' distutils shim stand down for the process, and
+    Debian's python3.11 has no distutils of its own, so inductor's import of it failed after the
+    integrity check. Here the interpreter has its own distutils, so the shim standing down shows as
+    distutils coming from the standard library instead of setuptools."""
+    import subprocess
+
+    script = (
+        "import sys\n"
+        "if not any(type(f).__module__ == '_distutils_hack' for f in sys.meta_path): sys.exit(3)\n"
+        "from envbuild.smoke.inside import integrity\n"
+        "from envbuild.smoke.inside.core import Context\n"
+        "pins = {'pip': '1', 'setuptools': '1'}\n"
+        "ctx = Context(expect={'packages': pins}, gpus='none', timeout=60, lock_match='exact')\n"
+        "assert integrity._shadowed(ctx).modules == []\n"
+        "import distutils.core\n"
+        "print(distutils.core.__file__)\n"
+    )
+    env = {**os.environ, "SETUPTOOLS_USE_DISTUTILS": "local"}
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True, env=env, check=False
+    )
+    if done.returncode == 3:
+        pytest.skip("this interpreter has no setuptools distutils shim (distutils-precedence.pth)")
+    assert done.returncode == 0, done.stderr
+    assert f"setuptools{os.sep}_distutils" in done.stdout, done.stdout
+
+
 def test_the_report_on_stdout_survives_what_else_prints_there(tmp_path: Path) -> None:
     """A patched package printing at import made `envbuild smoke` say "the smoke test crashed
     (exit 0) before its report" and show no checks. Once the smoke test runs, stray output goes to

@@ -154,13 +154,29 @@ def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> lis
     return sorted(found)
 
 
+def _find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
+    """importlib.util.find_spec of a top-level module, asking every finder on sys.meta_path (a
+    derived image's editable install is one) but setuptools' distutils shim. Asked for `pip`, that
+    one stops serving setuptools' distutils for the rest of the process (pypa/pip#8761; Python
+    <= 3.11): where the OS Python has no distutils of its own (Debian's python3.11 has none), every
+    later check that imports it failed, torch.compile's too, in an image whose lockfile pins pip."""
+    if module in sys.modules or "." in module:
+        return importlib.util.find_spec(module)  # the module's own spec: no finder is asked
+    for finder in sys.meta_path:
+        if type(finder).__module__ == "_distutils_hack":
+            continue
+        find = getattr(finder, "find_spec", None)
+        spec: importlib.machinery.ModuleSpec | None = find(module, None) if find is not None else None
+        if spec is not None:
+            return spec
+    return None
+
+
 def _origin(module: str, path: list[str] | None) -> str:
     """Where `module` would be imported from (on sys.path, or on `path` alone), resolved; "" when
     nowhere, or only as a namespace folder, which a regular package later on the path beats."""
     try:
-        spec = (
-            importlib.util.find_spec(module) if path is None else importlib.machinery.PathFinder.find_spec(module, path)
-        )
+        spec = _find_spec(module) if path is None else importlib.machinery.PathFinder.find_spec(module, path)
     except (ImportError, ValueError):
         return ""
     if spec is None:
