@@ -15,10 +15,13 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from envbuild.errors import EnvbuildError
+from envbuild.names import TORCH_FAMILY_RE, canonical
 from envbuild.refs import redact
 
 E = TypeVar("E", bound=EnvbuildError)
 
+# uv: "Because NAME was not found in the package registry and ..." (an index or a wheelhouse alike)
+_MISSING = re.compile(r"\b(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+was\s+not\s+found\s+in\s+the\s+package\s+registry")
 _URL = re.compile(r"(?:Failed to fetch:|request for url \(|Failed to download)\s*`?(?P<url>\w+://[^\s`)]+)")
 # reqwest, under both uv and rattler: "HTTP status client error (401 Unauthorized) for url (...)".
 _REFUSED = re.compile(r"\b(?P<code>40[13]) (?:Unauthorized|Forbidden)\b")
@@ -54,6 +57,9 @@ def explain(tool: str, text: str, route: str) -> Explanation | None:
     `route` is the caller's way around an unreachable source ("point `index_url:` at a mirror").
     """
     lowered = text.lower()
+    missing = _MISSING.search(text)
+    if "no solution found" in lowered and missing is not None:
+        return _not_found(tool, missing.group("name"))
     if "no solution found" in lowered:
         return Explanation(
             f"{tool} found no set of versions that satisfies the profile's pins",
@@ -75,6 +81,23 @@ def explain(tool: str, text: str, route: str) -> Explanation | None:
     if cause is None:
         return None
     return Explanation(f"{tool} cannot reach {host}: {cause} ({url})", _hint_for(host, cause, route))
+
+
+def _not_found(tool: str, name: str) -> Explanation:
+    """A package no index or wheelhouse has: no pin can fix that, so the usual hint would mislead."""
+    summary = f"{tool} found no package {name} in the indexes and wheelhouses this lock reads"
+    if TORCH_FAMILY_RE.fullmatch(canonical(name)):
+        return Explanation(
+            summary,
+            "the torch family comes from one place: the PyTorch index, or a wheelhouse (--find-links, "
+            f"`find_links:`) that then stands in for it and must hold {name}'s wheel too; add it there, or "
+            "point --torch-index (`torch_index:`) at an index that has it",
+        )
+    return Explanation(
+        summary,
+        f"check the spelling of {name} in the profile's `packages` (or, when a package requires it, that "
+        "package's version), or add the index it is on (`index_url:`, --index-url)",
+    )
 
 
 def _hint_for(host: str, cause: str, route: str) -> str:

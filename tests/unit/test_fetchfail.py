@@ -34,6 +34,13 @@ UV_401 = """error: Failed to fetch: https://pypi.acme.example/simple/torch/
 UV_NO_SOLUTION = """error: No solution found when resolving dependencies
   cause: Because six was not found in the package registry and you require six, we can conclude that your
   requirements are unsatisfiable."""
+UV_CONFLICT = """error: No solution found when resolving dependencies
+  cause: Because there is no version of torchvision==0.99.0 and you require torchvision==0.99.0, we can
+  conclude that your requirements are unsatisfiable."""
+# a wheelhouse that stands in for the PyTorch index and holds torch alone
+UV_NO_TORCHVISION = """error: No solution found when resolving dependencies
+  cause: Because torchvision was not found in the package registry and envbuild-lock-cpu-py311 depends on
+  torchvision==0.28.0, we can conclude that your requirements are unsatisfiable."""
 RATTLER_DNS = """GatewayError: error sending request for url (https://conda.anaconda.org/conda-forge/noarch/repodata.json)
 Caused by: client error (Connect)
 Caused by: dns error"""
@@ -50,7 +57,9 @@ Caused by: dns error"""
         ),
         (UV_CERT, "uv cannot reach pypi.org: its TLS certificate is not trusted", "SSL_CERT_FILE"),
         (UV_401, "uv: pypi.acme.example refused the request (HTTP 401)", "credentials"),
-        (UV_NO_SOLUTION, "uv found no set of versions that satisfies the profile's pins", "envbuild compat"),
+        (UV_NO_SOLUTION, "uv found no package six in the indexes and wheelhouses", "spelling of six"),
+        (UV_CONFLICT, "uv found no set of versions that satisfies the profile's pins", "envbuild compat"),
+        (UV_NO_TORCHVISION, "uv found no package torchvision in the indexes", "wheelhouse (--find-links"),
         (RATTLER_DNS, "uv cannot reach conda.anaconda.org: its name does not resolve (DNS)", ROUTE),
     ],
 )
