@@ -689,6 +689,22 @@ def test_a_library_a_locked_wheel_ships_loaded_from_another_folder_is_named() ->
     )
 
 
+def test_a_wheels_extension_module_named_like_a_standard_library_one_is_not_a_copy_of_it() -> None:
+    """pyarrow ships pyarrow/_json.cpython-311-x86_64-linux-gnu.so, and `import json` maps the
+    standard library's _json.cpython-311-x86_64-linux-gnu.so: the check called that a library
+    loaded from outside the environment and failed every image with pyarrow (datasets, pandas'
+    Arrow strings). Python imports extension modules by path; only shared libraries are found by
+    name. _ctypes, mapped in this process, stands in for _json."""
+    import _ctypes
+
+    from envbuild.smoke.inside import integrity
+
+    mapped = os.path.realpath(_ctypes.__file__)
+    assert mapped.endswith(".so")
+    shipped = {f"/opt/venv/lib/python3.11/site-packages/pyarrow/{os.path.basename(mapped)}"}
+    assert integrity._libraries_elsewhere(shipped, {"/opt/venv/lib"}, torch=False) == []
+
+
 def test_a_library_reached_through_a_link_by_a_wheels_name_is_named(tmp_path: Path) -> None:
     """The maps name the file a link led to: an OS's libgomp.so.1 (a link to libgomp.so.1.0.0) or a
     CUDA toolkit's libcudnn.so.9 went unseen by the wheel's name. A real library (a copy of a

@@ -135,8 +135,12 @@ def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> lis
             mapped = {line.split(maxsplit=5)[5].strip() for line in fh if line.count(" ") >= 5 and "/" in line}
     except OSError:
         return []  # not Linux: nothing to read
-    # by name, each file resolved: a conda env's torch/lib links into its lib/, which is no copy
-    names = {os.path.basename(p) for p in shipped}
+    # by name, each file resolved: a conda env's torch/lib links into its lib/, which is no copy.
+    # Not Python's extension modules: the import system loads each by its path, never the loader by
+    # its name, so pyarrow's _json.cpython-311-*.so and the standard library's are two modules
+    # (that pair failed every image with pyarrow in it). A bare ".so" may be a library too: kept.
+    modules = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so")
+    names = {os.path.basename(p) for p in shipped if not p.endswith(modules)}
     elsewhere = {
         os.path.realpath(path): path
         for path in mapped
