@@ -224,6 +224,40 @@ def test_a_package_with_no_wheel_is_built_from_its_sdist_and_a_hydra_app_runs(
             docker_client.images.remove(tag)
 
 
+@pytest.mark.network
+def test_an_image_with_pip_pyarrow_and_onnx_locked_passes_its_smoke_test_and_says_what_onnx_export_does(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """Three good images the smoke test failed or overstated, each a common profile (2026-12-04):
+    - pip locked (the answer to a scanner's advisories for the venv's bundled pip): finding where
+      pip imports from made setuptools' distutils shim stand down, and torch.compile then found no
+      distutils on Debian's python3.11;
+    - pyarrow locked (datasets, pandas' Arrow strings): its _json extension module was taken for a
+      copy of the standard library's, "loaded from outside the environment";
+    - onnx locked without onnxscript: "onnx=exported" through the old exporter, while torch 2.13's
+      plain torch.onnx.export (the dynamo exporter) fails for want of onnxscript."""
+    from .conftest import local_build, variant
+
+    packages = '["einops==0.8.1", "pip==26.3", "pyarrow==26.0.1", "onnx==1.23.2", "onnxruntime==1.32.0"]'
+    proj = variant(e2e_project, tmp_path / "ml", "cpu-py311-ml", packages)
+    res = envbuild(*local_build("cpu-py311-ml", repo_name), "--json", cwd=proj)
+    out = json.loads(res.stdout) if res.stdout.strip() else {}
+    image = out.get("built_image_id") or ""
+    try:
+        assert res.returncode == 0, res.stderr[-3000:]
+        report = out["smoke"]
+        assert report["passed"], host.summary(report)
+        assert _check(report, "compile")["status"] == "pass"
+        onnx = _check(report, "export")["facts"]["onnx"]
+        assert onnx.startswith("exported, checked and run in onnxruntime with dynamo=False only"), onnx
+        assert "needs onnxscript" in onnx
+        assert _run(docker_client, image, "pip", "--version").startswith("pip 26.3 from /opt/venv/")
+    finally:
+        if image:
+            for tag in docker_client.images.get(image).tags:  # by tag: the image has cache children
+                docker_client.images.remove(tag)
+
+
 def test_pip_in_an_image_built_from_it_keeps_the_tested_numpy_and_says_where_the_pin_comes_from(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:
