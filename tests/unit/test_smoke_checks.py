@@ -799,3 +799,132 @@ def test_a_conda_images_constraints_are_the_environments_own_versions(
     # an environment without torch is not an image to hold anything for: the build step fails
     assert constraints.main(["--append", str(held), "envbuild-no-such-dist"]) == 1
     assert held.read_text().count("==") == 2
+
+
+def _importable(folder: Path, modules: dict[str, str]) -> None:
+    for name, body in modules.items():
+        (folder / f"{name}.py").write_text(body)
+
+
+def test_the_imports_check_imports_every_locked_distribution_here() -> None:
+    """The interpreter running the tests has filelock, jinja2 and PyYAML: each locked one's modules
+    are imported in a child process (PyYAML's `_yaml` is private: left out)."""
+    from envbuild.smoke.inside import imports
+
+    ctx = _ctx(expect={"packages": {"filelock": "3", "Jinja2": "3", "PyYAML": "6", "pip": "26"}})
+    assert {"filelock", "jinja2", "yaml"} <= set(imports._modules(ctx)) and "pip" not in imports._modules(ctx)
+    r = Result("imports")
+    imports.check_imports(ctx, r)
+    assert r.facts["imported"] == len(imports._modules(ctx)) >= 3
+
+
+def test_a_locked_module_that_fails_to_import_fails_the_check_with_the_os_package_to_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """opencv-python (not -headless) in an image without libGL passed every check, then failed
+    the user's `import cv2`. The message names the module, its distribution and the apt fix; a
+    CUDA package that wants the driver's libcuda (a build host with no GPU) only counts as a fact,
+    and what an import prints does not confuse the run."""
+    from envbuild.smoke.inside import imports
+
+    _importable(
+        tmp_path,
+        {
+            "cv2": "raise ImportError('libGL.so.1: cannot open shared object file: No such file or directory')",
+            "noisy": "print('hello from an import'); print('@envbuild-import@')",
+            "cudaext": "raise ImportError('libcuda.so.1: cannot open shared object file: No such file or directory')",
+        },
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    found = {"cv2": "opencv-python", "cudaext": "flash-attn", "noisy": "noisy"}
+    monkeypatch.setattr(imports, "_modules", lambda ctx: found)
+    r = Result("imports")
+    with pytest.raises(CheckFailed) as failed:
+        imports.check_imports(_ctx(expect={"profile": "cpu-py311"}), r)
+    assert failed.value.reason.startswith(
+        "1 of 3 locked module(s) fail to import: cv2 (opencv-python): ImportError: libGL.so.1: cannot open"
+    )
+    assert failed.value.remedy.startswith("the image lacks the OS library libGL.so.1: add `libgl1` to the profile's")
+    assert r.facts["imported"] == 1 and list(r.facts["needs_gpu"]) == ["cudaext (flash-attn)"]
+
+
+def test_an_import_that_crashes_the_interpreter_is_named_and_the_rest_still_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A binary built for another ABI can kill the interpreter on import: the run names the
+    module that was importing, not a bare crash, and still imports the ones after it."""
+    from envbuild.smoke.inside import imports
+
+    _importable(
+        tmp_path,
+        {"aaa_fine": "", "bbb_crash": "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "ccc_after": ""},
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(imports, "_modules", lambda ctx: {"aaa_fine": "a", "bbb_crash": "b", "ccc_after": "c"})
+    r = Result("imports")
+    with pytest.raises(CheckFailed) as failed:
+        imports.check_imports(_ctx(expect={}), r)
+    assert failed.value.reason == (
+        "1 of 3 locked module(s) fail to import: bbb_crash (b): the import crashed the interpreter (exit -11)"
+    )
+    assert r.facts["imported"] == 2  # the modules after it, in a child of their own
+
+
+def test_an_import_remedy_names_numpy_abi_and_torch_abi_breaks() -> None:
+    from envbuild.smoke.inside import imports
+
+    numpy_1 = "ImportError: A module that was compiled using NumPy 1.x cannot be run in NumPy 2.1.3"
+    assert imports._remedy(numpy_1, "cpu-py311").startswith("a package compiled against NumPy 1.x: pin numpy<2 in")
+    torch_abi = "OSError: /opt/venv/.../torch_scatter/_scatter_cpu.so: undefined symbol: _ZN3c10..."
+    assert "another release of torch" in imports._remedy(torch_abi, "cpu-py311")
+
+
+def test_every_library_an_extension_module_lacks_is_named_at_once_but_not_what_the_wheel_vendors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import names only the first missing library: opencv-python wants libGL.so.1, then
+    libgthread-2.0.so.0, a rebuild each. ldd of the distribution's extension modules names them
+    all; a library the wheel vendors (auditwheel's NAME.libs/, loaded by its soname) is no gap.
+    Real ELF files, linked here against libraries that then go away."""
+    import shutil
+    import subprocess
+    import sysconfig
+
+    from envbuild.smoke.inside import imports
+
+    if not shutil.which("gcc") or not shutil.which("ldd"):
+        pytest.skip("needs gcc and ldd to make real shared objects")
+    build, site = tmp_path / "build", tmp_path / "site"
+    build.mkdir()
+    (site / "fakepkg.libs").mkdir(parents=True)
+    (build / "x.c").write_text("int x(void) { return 1; }\n")
+    for lib in ("libGLstandin.so.1", "libvendored-1a2b3c.so"):
+        compile_lib = ["gcc", "-shared", "-fPIC", "-o", str(build / lib), f"-Wl,-soname,{lib}", str(build / "x.c")]
+        subprocess.run(compile_lib, check=True)
+    module = "fakemod" + sysconfig.get_config_var("EXT_SUFFIX")
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(site / module),
+            str(build / "x.c"),
+            "-Wl,--no-as-needed",
+            str(build / "libGLstandin.so.1"),
+            str(build / "libvendored-1a2b3c.so"),
+        ],
+        check=True,
+    )
+    shutil.move(str(build / "libvendored-1a2b3c.so"), site / "fakepkg.libs")
+    shutil.rmtree(build)  # libGLstandin.so.1 is gone: what an image without libgl1 looks like
+    info = site / "fakepkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fakepkg\nVersion: 1.0\n")
+    (info / "RECORD").write_text(
+        f"{module},,\nfakepkg.libs/libvendored-1a2b3c.so,,\nfakepkg-1.0.dist-info/METADATA,,\n"
+    )
+    monkeypatch.setattr(imports, "_homes", lambda: [str(site)])
+    assert imports._unresolved("fakepkg") == ["libGLstandin.so.1"]
+    remedy = imports._remedy("ImportError: libGLstandin.so.1: cannot open shared object file", "x", "fakepkg")
+    assert remedy.startswith("the image lacks the OS library libGLstandin.so.1: add the Debian package that has")

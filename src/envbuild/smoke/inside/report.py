@@ -18,6 +18,7 @@ from typing import Any
 from .compiled import check_compile, check_export
 from .core import DEFAULT_EXPECT, REPORT_VERSION, CheckFailed, Context, Result, Skip
 from .gpu import check_cudnn, check_gpu
+from .imports import check_imports
 from .integrity import check_integrity
 from .perf import check_perf
 from .train import check_amp, check_dataloader, check_ddp, check_determinism
@@ -27,6 +28,7 @@ from .versions import check_libs, check_versions
 CHECKS: list[tuple[str, Callable[[Context, Result], None]]] = [
     ("versions", check_versions),
     ("integrity", check_integrity),
+    ("imports", check_imports),
     ("libs", check_libs),
     ("gpu", check_gpu),
     ("cudnn", check_cudnn),
@@ -94,7 +96,8 @@ SUMMARY_FACTS = (
     "preload",
     "torch",
     "numpy",
-    "not_in_lockfile",  # --lock-match pins: what a derived image added, named in the table too
+    "not_in_lockfile",
+    "imported",  # --lock-match pins: what a derived image added, named in the table too
     "device_count",
     "version",
     "world_size",
