@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -857,13 +858,21 @@ def test_an_import_that_crashes_the_interpreter_is_named_and_the_rest_still_coun
 
     _importable(
         tmp_path,
-        {"aaa_fine": "", "bbb_crash": "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "ccc_after": ""},
+        {
+            "aaa_fine": "",
+            "bbb_crash": "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)",
+            # a thread that is not a daemon, started on import: the child still ends after the last import
+            "ccc_after": "import threading, time; threading.Thread(target=time.sleep, args=(3600,)).start()",
+        },
     )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setattr(imports, "_modules", lambda ctx: {"aaa_fine": "a", "bbb_crash": "b", "ccc_after": "c"})
+    monkeypatch.setattr(imports, "LIMIT_S", 30.0)
     r = Result("imports")
+    t0 = time.monotonic()
     with pytest.raises(CheckFailed) as failed:
         imports.check_imports(_ctx(expect={}), r)
+    assert time.monotonic() - t0 < 25  # not the 30 s limit waited out for the thread
     assert failed.value.reason == (
         "1 of 3 locked module(s) fail to import: bbb_crash (b): the import crashed the interpreter (exit -11)"
     )

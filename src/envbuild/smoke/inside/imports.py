@@ -49,8 +49,10 @@ DEBIAN_PACKAGE = {
     "libopenblas.so.0": "libopenblas0",
 }
 
+# Ends with os._exit: a module that starts a thread that is not a daemon on import would otherwise
+# keep the child alive after the last import, and the check would wait out its time limit.
 CHILD = """
-import json, sys, warnings
+import json, os, sys, warnings
 warnings.simplefilter("ignore")
 for name in sys.argv[1:]:
     print(MARK + json.dumps({"start": name}), flush=True)
@@ -60,6 +62,8 @@ for name in sys.argv[1:]:
     except BaseException as exc:  # SystemExit too: a module that exits on import fails to import
         said = {"failed": name, "error": (type(exc).__name__ + ": " + str(exc))[:600]}
     print(MARK + json.dumps(said), flush=True)
+sys.stdout.flush()
+os._exit(0)
 """
 
 
