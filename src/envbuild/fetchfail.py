@@ -57,10 +57,10 @@ def explain(tool: str, text: str, route: str) -> Explanation | None:
     `route` is the caller's way around an unreachable source ("point `index_url:` at a mirror").
     """
     lowered = text.lower()
-    missing = _MISSING.search(text)
-    if "no solution found" in lowered and missing is not None:
-        return _not_found(tool, missing.group("name"))
     if "no solution found" in lowered:
+        missing = _MISSING.search(text)
+        if missing is not None:
+            return _not_found(tool, missing.group("name"))
         return Explanation(
             f"{tool} found no set of versions that satisfies the profile's pins",
             "the resolver's reasoning follows; change the pin it names "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,14 @@ def _detect_accelerator(torch: Any) -> str:
 
 def _public(version: str) -> str:
     return version.split("+", 1)[0]
+
+
+def extension_module(filename: str) -> bool:
+    """A Python extension module (`_json.cpython-311-x86_64-linux-gnu.so`, `x.abi3.so`), which the
+    import system loads by its path, not a shared library the loader finds by name (`libc10.so`):
+    a bare ".so" counts only without the "lib" every library's name starts with."""
+    suffixes = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so")
+    return filename.endswith(suffixes) or (filename.endswith(".so") and not filename.startswith("lib"))
 
 
 def _canon(name: str) -> str:

@@ -8,7 +8,6 @@ named, and nothing it leaves behind (threads, patched modules) reaches the other
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import os
 import re
@@ -19,7 +18,7 @@ import tempfile
 import time
 from importlib import metadata
 
-from .core import BOOTSTRAP, CheckFailed, Context, Result, Skip, _canon
+from .core import BOOTSTRAP, CheckFailed, Context, Result, Skip, _canon, extension_module
 from .integrity import _top_level
 
 LIMIT_S = 300.0
@@ -95,10 +94,7 @@ def _unresolved(distribution: str) -> list[str]:
         files = list(dist.files or [])
         # the extension modules (what an import loads; ldd follows what they need), not the plugins
         # a wheel also ships (Qt's libqxcb.so loads only with a window)
-        suffixes = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so")
-        modules = [
-            f for f in files if f.name.endswith(suffixes) or (f.name.endswith(".so") and not f.name.startswith("lib"))
-        ]
+        modules = [f for f in files if extension_module(f.name)]
         # the libraries it vendors (auditwheel's NAME.libs/) load by their soname, which ldd of one
         # of them alone may not find
         vendored = {f.name for f in files}

@@ -14,7 +14,7 @@ import sysconfig
 from importlib import metadata
 from typing import Any, NamedTuple
 
-from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon
+from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon, extension_module
 from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
 
 SHOWN = 5
@@ -136,11 +136,9 @@ def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> lis
     except OSError:
         return []  # not Linux: nothing to read
     # by name, each file resolved: a conda env's torch/lib links into its lib/, which is no copy.
-    # Not Python's extension modules: the import system loads each by its path, never the loader by
-    # its name, so pyarrow's _json.cpython-311-*.so and the standard library's are two modules
-    # (that pair failed every image with pyarrow in it). A bare ".so" may be a library too: kept.
-    modules = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so")
-    names = {os.path.basename(p) for p in shipped if not p.endswith(modules)}
+    # Not Python's extension modules, loaded by path: pyarrow's _json.cpython-311-*.so and the
+    # standard library's are two modules (that pair failed every image with pyarrow in it).
+    names = {os.path.basename(p) for p in shipped if not extension_module(os.path.basename(p))}
     elsewhere = {
         os.path.realpath(path): path
         for path in mapped

@@ -96,8 +96,8 @@ SUMMARY_FACTS = (
     "preload",
     "torch",
     "numpy",
-    "not_in_lockfile",
-    "imported",  # --lock-match pins: what a derived image added, named in the table too
+    "not_in_lockfile",  # --lock-match pins: what a derived image added, named in the table too
+    "imported",
     "device_count",
     "version",
     "world_size",
