@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from envbuild import __version__, compat, freshness, layering, proc, sbomdoc, wheelcache
+from envbuild import __version__, buildreqs, compat, freshness, layering, proc, sbomdoc, wheelcache
 from envbuild import plan as plan_mod
 from envbuild.errors import BuildError, UsageError
 from envbuild.freshness import LockSnapshot
@@ -142,7 +142,7 @@ def pip_wrapper() -> str:
 def _flavor_files(plan: Plan, lock: LockSnapshot, groups: dict[str, tuple[str, ...]], sbom: str) -> dict[str, str]:
     """The smoke/ files that differ by flavor: a venv image's SBOM and the pins its lockfile gives
     constraints.txt; a conda image's constraints.txt only its comment lines, the environment's
-    own pins being appended by the image's build (plan.conda_held)."""
+    own pins being appended by the image's build (render.conda_held)."""
     if plan.profile.flavor == "venv":
         return {SBOM_NAME: sbom, layering.CONSTRAINTS: layering.constraints(plan, lock.pins, groups)}
     return {layering.CONSTRAINTS: layering.constraints_head(plan)}
@@ -376,11 +376,9 @@ def prepare(
         offline = ": every one, so the build asks no package index" if built.source.offline else ""
         say("phase", "wheels", f"{len(wheels)} of {len(lock.pins)} wheel(s) from the wheel cache{offline}")
     (ctx / "tools").mkdir(exist_ok=True)
-    member = {name: group for group, names in groups.items() for name in names} | dict.fromkeys(seed, "seed")
     for group in [*groups, *(["seed"] if seed else [])]:
         (ctx / "wheels" / group).mkdir()
-    # each layer's wheels in a folder of their own: its install step's cache key is only theirs
-    binaries = [(w, ctx / "wheels" / member.get(placed[w], "rest") / w.name) for w in wheels]
+    binaries = layering.wheel_places(ctx, placed, groups, seed, buildreqs.CONFIG_FILE in rendered.parts)
     binaries += [(rendered.uv_binary, ctx / "tools" / "uv")] if rendered.uv_binary else []
     for source, target in binaries:
         # A hard link when possible: a CUDA lock's wheels are gigabytes. They come from envbuild's

@@ -103,10 +103,17 @@ _RULES = (
         "archive; if the `apt:` list pins it, change or drop the version pin of {g2}",
     ),
     _Rule(
+        # uv, under "Failed to build": the sdist's setup.py imports a package it does not declare
+        r"indicates that `([^`@]+)@[^`]*` depends on `([^`]+)`, but doesn't declare it as a build dependency",
+        "{g1}'s build imports {g2}, which it does not declare, so its isolated build environment lacks it",
+        "add `build_requires: {{{g1}: [{g2}]}}` to {name}'s profile and re-lock: its build then gets the locked {g2}",
+    ),
+    _Rule(
         # uv: "error: Failed to build `pkg==1.0`" for a package with no wheel (requirements.source.lock)
         r"Failed to build `([^`]+)`",
         "{g1} has no wheel for this platform, and building it from its sdist in the builder failed (the builder "
-        "has Python and the build backend the lockfile pins, but no C compiler; the log shows the build's error)",
+        "has Python and the build backend the lockfile pins, and a C/C++ compiler only for a profile with "
+        "build_requires; the log shows the build's error)",
         "pin a version of it that has a wheel for this platform (PyPI's file list shows which), or drop it from "
         "{name}'s profile and re-lock",
     ),

@@ -22,6 +22,11 @@ E = TypeVar("E", bound=EnvbuildError)
 
 # uv: "Because NAME was not found in the package registry and ..." (an index or a wheelhouse alike)
 _MISSING = re.compile(r"\b(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+was\s+not\s+found\s+in\s+the\s+package\s+registry")
+# uv, when an sdist's build fails on an import: "This error likely indicates that `torch-scatter@2.1.2`
+# depends on `torch`, but doesn't declare it as a build dependency"
+_UNDECLARED = re.compile(
+    r"indicates that `(?P<name>[^`@]+)@[^`]*` depends on `(?P<dep>[^`]+)`, but doesn't declare it as a build dependency"
+)
 _URL = re.compile(r"(?:Failed to fetch:|request for url \(|Failed to download)\s*`?(?P<url>\w+://[^\s`)]+)")
 # reqwest, under both uv and rattler: "HTTP status client error (401 Unauthorized) for url (...)".
 _REFUSED = re.compile(r"\b(?P<code>40[13]) (?:Unauthorized|Forbidden)\b")
@@ -57,6 +62,14 @@ def explain(tool: str, text: str, route: str) -> Explanation | None:
     `route` is the caller's way around an unreachable source ("point `index_url:` at a mirror").
     """
     lowered = text.lower()
+    undeclared = _UNDECLARED.search(text)
+    if undeclared is not None:  # uv's own hint names its settings files, which envbuild writes for the user
+        name, dep = undeclared.group("name"), undeclared.group("dep")
+        return Explanation(
+            f"{tool} could not build {name}'s metadata: its build imports {dep}, which it does not declare",
+            f"add `build_requires: {{{name}: [{dep}]}}` to the profile: {name}'s build then gets {dep} at the "
+            "version the profile pins (in the image, the version the lockfile pins)",
+        )
     if "no solution found" in lowered:
         missing = _MISSING.search(text)
         if missing is not None:

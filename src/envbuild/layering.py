@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from envbuild import aptfile, lockfile, render, uvtool
+from envbuild import aptfile, buildreqs, lockfile, render, uvtool
 from envbuild.aptfile import AptLock
+from envbuild.errors import BuildError
 from envbuild.freshness import LockSnapshot
 from envbuild.lockfile import Pin
 from envbuild.names import FIXED_MTIME, LABEL_PROFILE, LABEL_STAGE_SHA
@@ -193,6 +194,8 @@ def render_for(
         "installer": installer_name,
         "fixed_mtime": FIXED_MTIME,
         "from_source": built,
+        # build_requires for the sdists built here: uv's configuration, and the lock's wheels to hand
+        "build_config": bool(built) and bool(plan.profile.build_requires),
         "seed": list(seeded(groups, installer_name == "uv")),
     }
     digests = _digests(lock_text, groups) if labels else {}  # they go only into the labels
@@ -320,6 +323,16 @@ def for_build(
     taking = functools.partial(dockerfile_taking, plan, lock, labels, tool, made_of)
     seed = seeded(groups, tool == "uv")  # as render_for decided it for the Dockerfile: same groups, same tool
     parts = group_files(lock.text, groups, lock.from_source, seed)
+    built = source_built(groups, lock.from_source)
+    if built and plan.profile.build_requires:
+        if tool != "uv":
+            raise BuildError(
+                f"{plan.name}: {', '.join(built)} must be built from the sdist with build_requires, which needs uv "
+                f"in the builder, and this machine's uv cannot run in a {platform} image",
+                hint=f"build {plan.name} on a {platform} machine, or put a wheel of {built[0]} in a find_links folder",
+            )
+        versions = {n: p.version for n, p in lock.pins.items()}
+        parts[buildreqs.CONFIG_FILE] = buildreqs.config(buildreqs.for_build(plan.profile, versions))
     return BuildRender(outputs, groups, sides, taking, uv_binary, parts, seed)
 
 
@@ -340,3 +353,18 @@ def dockerfile_taking(
         stage_digests=made_of,
     )
     return outputs["Dockerfile"]
+
+
+def wheel_places(
+    ctx: Path, placed: dict[Path, str], groups: dict[str, tuple[str, ...]], seed: tuple[str, ...], to_rest: bool
+) -> list[tuple[Path, Path]]:
+    """(cached wheel, its place in the context): each layer's wheels in a folder of their own, so its
+    install step's cache key is only theirs. `to_rest`: the builder builds an sdist against the lock
+    (build_requires), so the other layers' wheels go to its folder, wheels/rest, as well."""
+    member = {name: group for group, names in groups.items() for name in names} | dict.fromkeys(seed, "seed")
+    places = [(w, ctx / "wheels" / member.get(d, "rest") / w.name) for w, d in sorted(placed.items())]
+    if to_rest:
+        places += [
+            (w, ctx / "wheels" / "rest" / w.name) for w, d in sorted(placed.items()) if member.get(d, "rest") != "rest"
+        ]
+    return places

@@ -128,13 +128,6 @@ def requirements_of(profile: Profile) -> tuple[tuple[str, ...], tuple[str, ...]]
     return tuple(reqs), tuple(sorted({"torch", *(n for n, _ in extras)}))
 
 
-def conda_held(plan: Plan) -> tuple[str, ...]:
-    """What a conda image's constraints.txt holds, by pip's names: the torch family, numpy and triton
-    (torch's compiler). At the versions the environment's metadata gives at build time
-    (envbuild_smoke.constraints): conda-forge's torch can report another than its package's."""
-    return tuple(sorted({*plan.torch_family, "numpy", "triton"}))
-
-
 def default_templates_dir() -> Path:
     """Templates shipped with envbuild: in the wheel, or the checkout's top-level templates/."""
     packaged = Path(str(resources.files("envbuild"))) / "_templates"
@@ -219,8 +212,11 @@ class Plan:
         OS Python, its headers. Empty when the profile opts out."""
         if not self.profile.compile:
             return ()
-        if self.profile.flavor == "conda":
-            return ("g++", "ninja-build")  # conda's Python carries its own headers
+        return ("g++", "ninja-build") if self.profile.flavor == "conda" else self.toolchain  # conda has headers
+
+    @property
+    def toolchain(self) -> tuple[str, ...]:
+        """A C/C++ compiler, ninja and the OS Python's headers: what a C++ extension builds with."""
         return ("g++", "ninja-build", f"{self.python_bin}-dev")
 
     @property
@@ -235,7 +231,9 @@ class Plan:
         # torchvision's dataset downloads) and curl cannot verify any HTTPS server. debian and
         # ubuntu base images leave them out; conda's Python brings its own.
         return {
-            "builder": (self.python_bin, f"{self.python_bin}-venv", "ca-certificates"),
+            # build_requires names packages built against torch there: C++ extensions
+            "builder": (self.python_bin, f"{self.python_bin}-venv", "ca-certificates")
+            + (self.toolchain if self.profile.build_requires else ()),
             "runtime": (
                 self.python_bin,
                 "ca-certificates",
@@ -266,7 +264,7 @@ class Plan:
         and specs. Not mirrors or wheelhouses, which only say where the same artifacts are fetched
         from. A lockfile whose recorded input digest differs from this one is stale."""
         prof = self.profile
-        payload = {
+        payload: dict[str, object] = {
             "format": LOCK_FORMAT,
             "flavor": prof.flavor,
             "python": prof.python,
@@ -277,6 +275,8 @@ class Plan:
             "channels": prof.channels if prof.flavor == "conda" else [],
             "conda_packages": sorted(prof.conda_packages) if prof.flavor == "conda" else [],
         }
+        if prof.build_requires:  # what an sdist's metadata is built with; absent, every digest stays
+            payload["build_requires"] = {k: sorted(v) for k, v in sorted(prof.build_requires.items())}
         return json_sha256(payload)
 
     @property

@@ -178,8 +178,8 @@ Url = Annotated[str, _Pattern(URL_RE, "an http(s):// or file:// URL", '"https://
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 CHECK_RE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_./-]{1,200}\.py$")
 MATCH_SPEC_RE = re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$")
-
-
+PACKAGE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
+PackageName = Annotated[str, _Pattern(PACKAGE_NAME_RE, "a package name", '"torch-scatter"')]
 _REQUIRED: Any = ...
 
 
@@ -223,9 +223,13 @@ class Profile(BaseModel):
         "Base image instead of the compat data's default; pin it by digest."
     )
     packages: list[Annotated[str, AfterValidator(_requirement)]] = _doc(
-        'Extra PEP 508 requirements, e.g. "einops==0.8.0" (torch, torchvision, torchaudio and numpy have their own '
-        "fields).",
+        'Extra PEP 508 requirements, e.g. "einops==0.8.0" (torch, torchvision, torchaudio, numpy: own fields).',
         default_factory=list,
+    )
+    build_requires: dict[PackageName, list[PackageName]] = _doc(
+        "Sdists that import at build time what they do not declare (torch-scatter, apex: torch): {package: "
+        "[names]}; their builds get each name at the version the lockfile pins, which must pin it.",
+        default_factory=dict,
     )
     apt: list[Annotated[str, _Pattern(APT_RE, "a Debian package name", '"git" or "git=1:2.39.5-0+deb12u1"')]] = _doc(
         'OS packages for the image, optionally pinned: "git=1:2.39.5-0+deb12u1".', default_factory=list
@@ -292,8 +296,9 @@ class Profile(BaseModel):
         return "cpu"
 
     def digest(self) -> str:
-        """sha256 of the whole resolved profile (what labels and pull --verify compare)."""
-        return json_sha256(self.model_dump(mode="json"))
+        """sha256 of the whole resolved profile (what labels and pull --verify compare); build_requires,
+        which came later, only when set, so every earlier profile keeps its digest."""
+        return json_sha256(self.model_dump(mode="json", exclude=None if self.build_requires else {"build_requires"}))
 
 
 FIELDS = list(Profile.model_fields)

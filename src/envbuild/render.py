@@ -28,7 +28,7 @@ from envbuild.names import (
     LABEL_STAGE,
     LABEL_STAGE_SHA,
 )
-from envbuild.plan import TEMPLATE_NAMES, Plan, conda_held, default_templates_dir
+from envbuild.plan import TEMPLATE_NAMES, Plan, default_templates_dir
 
 OUTPUT_NAMES = {
     "Dockerfile.venv.j2": "Dockerfile",
@@ -42,6 +42,13 @@ OUTPUT_NAMES = {
 # ---- filters: the only ways a profile value may reach the output ----------------------------
 
 _SAFE_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:=~@/-]*$")
+
+
+def conda_held(plan: Plan) -> tuple[str, ...]:
+    """What a conda image's constraints.txt holds, by pip's names: the torch family, numpy and triton
+    (torch's compiler). At the versions the environment's metadata gives at build time
+    (envbuild_smoke.constraints): conda-forge's torch can report another than its package's."""
+    return tuple(sorted({*plan.torch_family, "numpy", "triton"}))
 
 
 def _dq(value: object) -> str:
@@ -107,6 +114,7 @@ def context(
         "stage_images": {},  # layer -> an image in the engine that a build takes for its stage (buildahead)
         "fixed_mtime": FIXED_MTIME,
         "seed": [],  # what the builder installs before the rest, in a step of its own (layering.seeded)
+        "build_config": False,  # the builder's sdist builds get build_requires (layering.render_for)
         **(extra or {}),
         **(apt or NO_APT),
         # the image's environment layers (layering.layer_groups); without a lock (render): one layer

@@ -8,9 +8,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from envbuild import compat, profile
+from envbuild import compat, packagerules, profile
 from envbuild.errors import ProfileError
-from envbuild.names import canonical
 from envbuild.profile import name_parts
 from envbuild.profilefile import Loaded
 from envbuild.project import Project
@@ -330,27 +329,6 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
                 )
 
 
-def _check_packages(ld: Loaded, data: dict[str, Any]) -> None:
-    """One package listed twice without markers to tell them apart: the resolver would only say
-    "unsatisfiable" (two pins) or quietly take the stricter one."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    first: dict[str, int] = {}
-    for i, item in enumerate(_list(data, "packages")):
-        try:
-            req = Requirement(str(item))
-        except InvalidRequirement:
-            continue  # the model says what is wrong with it
-        if req.marker is not None:
-            continue  # markers may tell two entries apart (one per Python or platform)
-        key = canonical(req.name)
-        if key in first:
-            where = f"packages[{first[key]}]"
-            ld.add("error", f"packages[{i}]", f"{req.name} is listed twice (also {where})", "keep one pin", str(item))
-        else:
-            first[key] = i
-
-
 def check(path: Path, shown: str | None = None) -> Loaded:
     """Structure (pydantic) plus every compatibility rule. Never raises for bad input."""
     ld = profile.load(path, shown)
@@ -361,7 +339,7 @@ def check(path: Path, shown: str | None = None) -> Loaded:
     _check_accelerator_fields(ld, data, bad)
     _check_torch(ld, data, bad)
     _check_misc(ld, data, bad, path)
-    _check_packages(ld, data)
+    packagerules.check(ld, data)
     if ld.errors:
         ld.profile = None
     ld.diagnostics.sort(key=lambda d: (d.severity != "error", d.file, d.line or 0, d.field))

@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from envbuild import freshness, proc, uvtool, wheelcache
+from envbuild import buildreqs, freshness, proc, uvtool, wheelcache
 from envbuild import plan as plan_mod
 from envbuild.errors import UsageError, VenvError
 from envbuild.names import Events, quiet
@@ -119,6 +119,11 @@ def create(
         ]
         if snap.from_source:  # built from sdists: their build backend at the version the lock pins
             args += ["--build-constraints", str(lock_file)]
+            if prof.build_requires:  # and what they import undeclared (torch), at its locked version
+                versions = {n: p.version for n, p in pins.items()}
+                config = staging.with_name(f".{target.name}.envbuild-{buildreqs.CONFIG_FILE}")
+                config.write_text(buildreqs.config(buildreqs.for_build(prof, versions)), "utf-8")
+                args += ["--config-file", str(config)]
         # the wheels a build already fetched (envbuild's wheel cache) are not fetched again; with
         # all of them there, no index is asked (an offline laptop, a mirror that is down)
         cached = wheelcache.for_lock(snap.pylock_text, pins, fetch=False)
@@ -158,6 +163,7 @@ def create(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(staging.with_name(f".{target.name}.envbuild-wheels"), ignore_errors=True)
+        staging.with_name(f".{target.name}.envbuild-{buildreqs.CONFIG_FILE}").unlink(missing_ok=True)
     return {
         "path": str(target),
         "python": facts["version"],

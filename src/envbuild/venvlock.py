@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote
 
-from envbuild import lockahead, lockfile, lockverify, proc, render, tmpdirs, uvtool
+from envbuild import buildreqs, lockahead, lockfile, lockverify, proc, render, tmpdirs, uvtool
 from envbuild.errors import LockError
 from envbuild.freshness import Freshness, LockSnapshot, lock_dir
 from envbuild.fsutil import atomic_write_many
@@ -44,6 +44,10 @@ def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opt
     ]
     for link in src.find_links:
         args += ["--find-links", link]
+    if plan.profile.build_requires:  # beside the input: the early resolve (lockahead) copies it too
+        config = input_file.parent / buildreqs.CONFIG_FILE
+        config.write_text(buildreqs.config(buildreqs.for_lock(plan)), "utf-8")
+        args += ["--config-file", str(config)]
     if opts.upgrade:
         args.append("--upgrade")
     for pkg in opts.upgrade_packages:
@@ -152,6 +156,13 @@ def _resolve_platform(
             _uv(_compile_args(pyproject, out, plan, platform, opts), work)
             pins = lockfile.parse_requirements(out.read_text("utf-8"))
     lockverify.verify(plan.profile, pins, src, platform)
+    absent = buildreqs.missing(plan.profile, {n: p.version for n, p in pins.items()})
+    if absent:
+        raise LockError(
+            f"{plan.name}: build_requires names {', '.join(absent)}, which the lock does not pin: the builds it "
+            "names would get a version nothing records",
+            hint=f"add {' and '.join(absent)} to `packages` with a pin (or drop them from build_requires)",
+        )
     same = _same_pylock(plan, pins, family, before)
     if same is not None:
         return pins, out.read_text("utf-8"), same
