@@ -194,12 +194,13 @@ def expectations(plan: Plan, lock: LockSnapshot | None) -> dict[str, Any]:
 
 
 def _local_dirs(links: tuple[str, ...]) -> list[Path]:
+    """The local folders among find-links entries (paths or file:// URLs) that exist here."""
     out: list[Path] = []
     for link in links:
         if "://" in link and not link.startswith("file://"):
             continue
         path = Path(unquote(urlparse(link).path)) if link.startswith("file:") else Path(link)
-        if path not in out:
+        if path not in out and path.is_dir():
             out.append(path)
     return out
 
@@ -209,7 +210,7 @@ def _cached_wheels(plan: Plan, lock: LockSnapshot, ca: Path | None, say: Events,
     wheelhouse (matched by the locked hash, never anything else from there), or downloaded once from
     the lockfile's own URL. A cache is a shortcut, never a requirement: what it cannot get, the
     builder fetches from the index the lockfile records."""
-    houses = [d for d in _local_dirs(plan.source.find_links) if d.is_dir()]
+    houses = _local_dirs(plan.source.find_links)
     return wheelcache.for_lock(
         lock.pylock_text, lock.pins, houses, ca, lambda text: say("phase", "wheels", text), fetch=fetch
     )
@@ -379,6 +380,8 @@ def prepare(
     for group in [*groups, *(["seed"] if seed else [])]:
         (ctx / "wheels" / group).mkdir()
     binaries = layering.wheel_places(ctx, placed, groups, seed, buildreqs.CONFIG_FILE in rendered.parts)
+    local = wheelcache.local_sdists(lock.pins, lock.from_source, _local_dirs(plan.source.find_links))
+    binaries += [(s, ctx / "wheels" / "rest" / s.name) for s in local]  # the builder cannot read host folders
     binaries += [(rendered.uv_binary, ctx / "tools" / "uv")] if rendered.uv_binary else []
     for source, target in binaries:
         # A hard link when possible: a CUDA lock's wheels are gigabytes. They come from envbuild's

@@ -213,6 +213,26 @@ def for_lock(
     return {found[i.sha256]: i.name for i in items if i.sha256 in found}
 
 
+def local_sdists(pins: dict[str, Pin], names: Iterable[str], folders: Iterable[Path]) -> dict[Path, str]:
+    """{sdist: distribution} for the packages built from their sdists (`names`) whose locked sdist
+    lies in a local folder, matched by the locked sha256 as wheels are: the builder cannot read the
+    host's folders, so the build context carries them. Not cached: an sdist is a build's input once."""
+    from packaging.utils import InvalidSdistFilename, parse_sdist_filename
+
+    wanted_names = {canonical(n) for n in names}
+    found: dict[Path, str] = {}
+    for folder in folders:
+        for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+            try:
+                name, _ = parse_sdist_filename(path.name)
+            except InvalidSdistFilename:
+                continue
+            pin = pins.get(canonical(str(name)))
+            if pin is not None and pin.name in wanted_names and f"sha256:{sha256_file(path)}" in pin.hashes:
+                found.setdefault(path, pin.name)
+    return found
+
+
 def complete(pins: dict[str, Pin], placed: dict[Path, str]) -> bool:
     """Every locked distribution has its wheel here: an install from them needs no index at all.
     `placed` is for_lock's: its names are the pins' own keys, canonical already."""

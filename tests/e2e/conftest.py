@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -409,3 +410,38 @@ def layer_table(cli: Any, image_id: str) -> list[tuple[str, str, int]]:
         return [(d, f"layer {i}", 0) for i, d in enumerate(layers)]
     made[0] = ("base image", made[0][1])
     return [(d, step, size) for d, (step, size) in zip(layers, made, strict=True)]
+
+
+_EXTENSION_SETUP = """from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+setup(
+    name="envbuild-addone",
+    version="0.1",
+    packages=["envbuild_addone"],
+    ext_modules=[CppExtension("envbuild_addone._C", ["envbuild_addone/addone.cpp"])],
+    cmdclass={"build_ext": BuildExtension},
+)
+"""
+_EXTENSION_SOURCE = """#include <torch/extension.h>
+torch::Tensor add_one(torch::Tensor x) { return x + 1; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add_one", &add_one); }
+"""
+
+
+def torch_extension_sdist(folder: Path) -> None:
+    """envbuild_addone-0.1.tar.gz in `folder`: a C++ extension whose setup.py imports torch without
+    declaring it, as torch-scatter's and apex's do (no pyproject.toml: setuptools' legacy backend)."""
+    files = {
+        "setup.py": _EXTENSION_SETUP,
+        "PKG-INFO": "Metadata-Version: 2.1\nName: envbuild-addone\nVersion: 0.1\n",
+        "envbuild_addone/__init__.py": "import torch\nfrom envbuild_addone._C import add_one\n",
+        "envbuild_addone/addone.cpp": _EXTENSION_SOURCE,
+    }
+    folder.mkdir()
+    with tarfile.open(folder / "envbuild_addone-0.1.tar.gz", "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"envbuild_addone-0.1/{name}")
+            info.size, info.mtime = len(data), 315532800
+            tar.addfile(info, io.BytesIO(data))

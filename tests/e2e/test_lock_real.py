@@ -19,7 +19,7 @@ from envbuild import lockfile, tmpdirs
 
 from ..conftest import REPO
 from ..unit.test_hardening import record
-from .conftest import CA, WHEELS, at_once, envbuild
+from .conftest import CA, WHEELS, at_once, envbuild, torch_extension_sdist
 
 pytestmark = [pytest.mark.e2e, pytest.mark.network]
 
@@ -324,44 +324,6 @@ def test_a_relock_typed_again_resolves_while_the_cli_loads_and_writes_the_same_l
     assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
 
 
-_EXTENSION_SETUP = """from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
-
-setup(
-    name="addone",
-    version="0.1",
-    packages=["addone"],
-    ext_modules=[CppExtension("addone._C", ["addone/addone.cpp"])],
-    cmdclass={"build_ext": BuildExtension},
-)
-"""
-_EXTENSION_SOURCE = """#include <torch/extension.h>
-torch::Tensor add_one(torch::Tensor x) { return x + 1; }
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("add_one", &add_one); }
-"""
-
-
-def _torch_extension_sdist(folder: Path) -> None:
-    """addone-0.1.tar.gz: a C++ extension whose setup.py imports torch without declaring it, as
-    torch-scatter's, flash-attn's and apex's do (no pyproject.toml: setuptools' legacy backend)."""
-    import io
-    import tarfile
-
-    files = {
-        "setup.py": _EXTENSION_SETUP,
-        "PKG-INFO": "Metadata-Version: 2.1\nName: addone\nVersion: 0.1\n",
-        "addone/__init__.py": "import torch  # noqa: F401\nfrom addone._C import add_one  # noqa: F401\n",
-        "addone/addone.cpp": _EXTENSION_SOURCE,
-    }
-    folder.mkdir()
-    with tarfile.open(folder / "addone-0.1.tar.gz", "w:gz") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(f"addone-0.1/{name}")
-            info.size, info.mtime = len(data), 315532800
-            tar.addfile(info, io.BytesIO(data))
-
-
 def test_an_sdist_that_imports_torch_to_build_locks_and_installs_with_build_requires(
     proj: Path, tmp_path: Path
 ) -> None:
@@ -370,31 +332,31 @@ def test_an_sdist_that_imports_torch_to_build_locks_and_installs_with_build_requ
     envbuild user does not write. The error now names the profile's fix, and with it the lock
     builds the metadata against the profile's torch and `venv` compiles the extension against the
     locked one."""
-    _torch_extension_sdist(tmp_path / "sdists")
+    torch_extension_sdist(tmp_path / "sdists")
     profile = proj / "profiles" / "cpu-py311-ext.yaml"
     text = (
         "name: cpu-py311-ext\naccelerator: cpu\npython: '3.11'\ntorch: '2.13.0'\nnumpy: '2.1.3'\n"
-        f"packages: ['addone==0.1']\nfind_links: ['{WHEELS}', '{tmp_path / 'sdists'}']\n"
+        f"packages: ['envbuild-addone==0.1']\nfind_links: ['{WHEELS}', '{tmp_path / 'sdists'}']\n"
     )
     profile.write_text(text)
     res = envbuild("lock", "cpu-py311-ext", cwd=proj)
     assert res.returncode != 0 and not (proj / "lockfiles" / "cpu-py311-ext").exists()
     assert "its build imports torch, which it does not declare" in res.stderr
-    assert "add `build_requires: {addone: [torch]}` to the profile" in res.stderr
-    profile.write_text(text + "build_requires:\n  addone: [torch]\n")
+    assert "add `build_requires: {envbuild-addone: [torch]}` to the profile" in res.stderr
+    profile.write_text(text + "build_requires:\n  envbuild-addone: [torch]\n")
     res = envbuild("lock", "cpu-py311-ext", cwd=proj)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "addone: no wheel, built from the sdist" in res.stderr
+    assert "envbuild-addone: no wheel, built from the sdist" in res.stderr
     pins = lockfile.parse_requirements((proj / "lockfiles" / "cpu-py311-ext" / "requirements.lock").read_text())
-    assert pins["addone"].version == "0.1" and pins["torch"].version == "2.13.0+cpu"
+    assert pins["envbuild-addone"].version == "0.1" and pins["torch"].version == "2.13.0+cpu"
     target = tmp_path / "venv"
     res = envbuild("venv", "cpu-py311-ext", str(target), "--no-compile", cwd=proj, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
-    code = "import torch, addone; print(addone.add_one(torch.zeros(3)).tolist())"
+    code = "import torch, envbuild_addone as a; print(a.add_one(torch.zeros(3)).tolist())"
     probe = subprocess.run([str(target / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
     assert probe.stdout.strip() == "[1.0, 1.0, 1.0]"
     # a name nothing pins would give the build a version no lockfile records: refused, with the fix
-    profile.write_text(text + "build_requires:\n  addone: [torch, psutil]\n")
+    profile.write_text(text + "build_requires:\n  envbuild-addone: [torch, psutil]\n")
     res = envbuild("lock", "cpu-py311-ext", cwd=proj)
     assert res.returncode != 0
     assert "build_requires names psutil, which the lock does not pin" in res.stderr

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import io
 import json
+import shutil
 import tarfile
 import zipfile
 from pathlib import Path
@@ -283,3 +284,51 @@ def test_pip_in_an_image_built_from_it_keeps_the_tested_numpy_and_says_where_the
     assert "is this image's tested torch build or numpy (/opt/envbuild/constraints.txt)" in said
     code, said = pip("install", "--dry-run", "numpy==2.0.2", PIP_CONSTRAINT="")  # cleared: the user's choice
     assert code == 0 and "Would install numpy-2.0.2" in said, said
+
+
+@pytest.mark.network
+def test_a_cpp_extension_sdist_with_build_requires_is_compiled_against_the_locked_torch_in_the_builder(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """torch-scatter's case with a small sdist of our own, from a local folder the builder cannot
+    read: the context carries it (matched by its locked sha256), the builder stage gets a compiler
+    and builds it with the lockfile's torch in its isolated build environment, and none of the
+    build's inputs (the wheels handed to it, the compiler's config file) reach the image."""
+    from envbuild import lockfile
+
+    from .conftest import BASE, WHEELS, layer_table, local_build, torch_extension_sdist
+
+    proj = tmp_path / "ext"
+    for part in ("profiles", "lockfiles", "checks"):
+        shutil.copytree(e2e_project / part, proj / part)
+    torch_extension_sdist(tmp_path / "sdists")
+    text = (proj / "profiles" / "cpu-py311.yaml").read_text().replace("name: cpu-py311", "name: cpu-py311-ext")
+    text = text.replace('packages: ["einops==0.8.1"]', 'packages: ["einops==0.8.1", "envbuild-addone==0.1"]')
+    (proj / "profiles" / "cpu-py311-ext.yaml").write_text(text + "build_requires:\n  envbuild-addone: [torch]\n")
+    (proj / "lockfiles" / "cpu-py311-ext").mkdir()
+    shutil.copy(proj / "lockfiles" / "cpu-py311" / "requirements.lock", proj / "lockfiles" / "cpu-py311-ext")
+    links = ["--find-links", WHEELS, "--find-links", str(tmp_path / "sdists")]
+    res = envbuild("lock", "cpu-py311-ext", "--base", BASE, *links, cwd=proj)
+    assert res.returncode == 0, res.stderr[-3000:]
+    torch = lockfile.parse_requirements((proj / "lockfiles" / "cpu-py311-ext" / "requirements.lock").read_text())
+    assert torch["torch"].version == "2.13.0+cpu"
+    res = envbuild(
+        *local_build("cpu-py311-ext", repo_name), "--find-links", str(tmp_path / "sdists"), "--json", cwd=proj
+    )
+    out = json.loads(res.stdout) if res.stdout.strip() else {}
+    image = out.get("built_image_id") or ""
+    try:
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert out["smoke"]["passed"], host.summary(out["smoke"])
+        code = "import torch, envbuild_addone as a; print(a.add_one(torch.arange(3.0)).tolist(), torch.__version__)"
+        assert _run(docker_client, image, "python", "-c", code).split() == ["[1.0,", "2.0,", "3.0]", "2.13.0+cpu"]
+        left = _run(docker_client, image, "sh", "-c", "ls /tmp/envbuild /opt/envbuild/build-requires.toml 2>&1; true")
+        assert left.count("No such file or directory") == 2, left
+        # the torch layer is the plain cpu-py311's, byte for byte: the compiler went to the builder only
+        ours = layer_table(docker_client, built_cpu["built_image_id"])
+        torch_layer = max((row for row in ours if row[1] == "COPY to /"), key=lambda row: row[2])
+        assert torch_layer[0] in {d for d, _, _ in layer_table(docker_client, image)}
+    finally:
+        if image:
+            for tag in docker_client.images.get(image).tags:  # by tag: the image has cache children
+                docker_client.images.remove(tag)

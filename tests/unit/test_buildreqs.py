@@ -138,3 +138,27 @@ def test_build_requires_is_refused_for_a_conda_profile(project: Path, write_prof
     found = validate.check(path)
     assert found.profile is None
     assert any(d.field == "build_requires" and "is for venv profiles" in d.message for d in found.diagnostics)
+
+
+def test_the_context_carries_a_locked_sdist_from_a_local_folder_matched_by_its_hash(tmp_path: Path) -> None:
+    """The builder cannot read the host's folders: an sdist locked from one goes into the context,
+    but only the file whose sha256 the lock pins (a rebuilt tarball of the same name stays out)."""
+    import hashlib
+
+    from envbuild import wheelcache
+    from envbuild.lockfile import Pin
+
+    good, other = tmp_path / "good", tmp_path / "other"
+    good.mkdir()
+    other.mkdir()
+    (good / "envbuild_addone-0.1.tar.gz").write_bytes(b"the locked sdist")
+    (other / "envbuild_addone-0.1.tar.gz").write_bytes(b"rebuilt since")
+    (good / "einops-0.8.1.tar.gz").write_bytes(b"not built from source")
+    (good / "notes.txt").write_text("not an sdist")
+    sha = hashlib.sha256(b"the locked sdist").hexdigest()
+    pins = {
+        "envbuild-addone": Pin("envbuild-addone", "0.1", [f"sha256:{sha}"]),
+        "einops": Pin("einops", "0.8.1", [f"sha256:{hashlib.sha256(b'not built from source').hexdigest()}"]),
+    }
+    found = wheelcache.local_sdists(pins, {"envbuild-addone"}, [other, good, tmp_path / "gone"])
+    assert found == {good / "envbuild_addone-0.1.tar.gz": "envbuild-addone"}
