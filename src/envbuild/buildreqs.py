@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from envbuild.names import canonical
+from envbuild.names import TORCH_FAMILY_RE, canonical
 from envbuild.plan import Plan
 from envbuild.profile import Profile
 
@@ -25,8 +25,8 @@ CONFIG_FILE = "build-requires.toml"  # uv's --config-file, beside the lock input
 def for_lock(plan: Plan) -> dict[str, tuple[str, ...]]:
     """{package: requirements} for a resolve: pinned where the plan's requirements pin exactly
     (torch, its companions with `auto` resolved, numpy, `name==X` packages). The torch family by
-    version alone: a build environment takes no index routing, and metadata does not depend on the
-    build (cpu or cu121) of torch it was made with."""
+    version: metadata does not depend on the build (cpu or cu121) it was made with, and the lock's
+    find-links (index_pages) make the profile's build the one uv picks."""
     pins: dict[str, str] = {}
     for line in plan.requirements:
         try:
@@ -40,6 +40,18 @@ def for_lock(plan: Plan) -> dict[str, tuple[str, ...]]:
         canonical(pkg): tuple(f"{n}=={pins[canonical(n)]}" if canonical(n) in pins else n for n in names)
         for pkg, names in sorted(plan.profile.build_requires.items())
     }
+
+
+def index_pages(plan: Plan) -> list[str]:
+    """The PyTorch index's page of each torch-family name `build_requires` asks for, as find-links for
+    a lock: a build environment takes no index routing (uv applies `sources` to the project's own
+    requirements only), so without them `torch==2.13.0` comes from PyPI, a 3 GB CUDA build for a
+    CPU profile's metadata. From a flat page uv takes the +cpu build, a higher version than PyPI's."""
+    src = plan.source
+    if src.route != "index" or not src.torch_index or src.torch_index_flat:
+        return []  # PyPI's build is the profile's, or a wheelhouse among the find-links holds it
+    wanted = sorted({canonical(n) for names in plan.profile.build_requires.values() for n in names})
+    return [f"{src.torch_index.rstrip('/')}/{n}/" for n in wanted if TORCH_FAMILY_RE.fullmatch(n)]
 
 
 def missing(prof: Profile, locked: Mapping[str, str]) -> list[str]:

@@ -48,6 +48,8 @@ def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opt
         config = input_file.parent / buildreqs.CONFIG_FILE
         config.write_text(buildreqs.config(buildreqs.for_lock(plan)), "utf-8")
         args += ["--config-file", str(config)]
+        for page in buildreqs.index_pages(plan):
+            args += ["--find-links", page]
     if opts.upgrade:
         args.append("--upgrade")
     for pkg in opts.upgrade_packages:

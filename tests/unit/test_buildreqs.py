@@ -162,3 +162,19 @@ def test_the_context_carries_a_locked_sdist_from_a_local_folder_matched_by_its_h
     }
     found = wheelcache.local_sdists(pins, {"envbuild-addone"}, [other, good, tmp_path / "gone"])
     assert found == {good / "envbuild_addone-0.1.tar.gz": "envbuild-addone"}
+
+
+def test_a_lock_reads_the_torch_familys_pages_of_the_pytorch_index_for_those_builds(
+    project: Path, write_profile: Callable[..., Path]
+) -> None:
+    """uv gives a build environment no index routing: `torch==2.13.0` for a CPU profile's metadata
+    build came from PyPI (its CUDA build, 3 GB). The index's own page of each torch-family name,
+    as a find-links, gives it the profile's build; nothing to add where PyPI's build is the
+    profile's, or a wheelhouse is already among the find-links."""
+    wants = {"torch-scatter": ["torch", "numpy"], "apex": ["torchvision"]}
+    mirror = "https://mirror.example/whl/cu121/"
+    plan = _plan(project, write_profile, torch_index=mirror, build_requires=wants)
+    assert buildreqs.index_pages(plan) == [f"{mirror}torch/", f"{mirror}torchvision/"]
+    assert buildreqs.index_pages(_plan(project, write_profile, build_requires=wants)) == []  # PyPI's cu121
+    flat = _plan(project, write_profile, torch_index=project.as_uri(), build_requires=wants)
+    assert flat.source.torch_index_flat and buildreqs.index_pages(flat) == []
