@@ -66,7 +66,7 @@ def explain(tool: str, text: str, route: str) -> Explanation | None:
     if undeclared is not None:  # uv's own hint names its settings files, which envbuild writes for the user
         name, dep = undeclared.group("name"), undeclared.group("dep")
         return Explanation(
-            f"{tool} could not build {name}'s metadata: its build imports {dep}, which it does not declare",
+            f"{tool} could not build {name} from its sdist: its build imports {dep}, which it does not declare",
             f"add `build_requires: {{{name}: [{dep}]}}` to the profile: {name}'s build then gets {dep} at the "
             "version the profile pins (in the image, the version the lockfile pins)",
         )

@@ -86,7 +86,8 @@ def test_the_lock_error_names_the_profiles_fix_not_uvs_settings_files() -> None:
     why = fetchfail.explain("uv", UV_UNDECLARED, "point index_url: at a mirror")
     assert why is not None
     assert (
-        why.summary == "uv could not build torch-scatter's metadata: its build imports torch, which it does not declare"
+        why.summary
+        == "uv could not build torch-scatter from its sdist: its build imports torch, which it does not declare"
     )
     assert why.hint.startswith("add `build_requires: {torch-scatter: [torch]}` to the profile")
 
