@@ -44,6 +44,14 @@ def _as_url(location: str) -> tuple[str, bool]:
     return Path(path).resolve().as_uri(), True
 
 
+def _holds_torch(location: str) -> bool:
+    """A local folder with a torch wheel in it (a URL is not looked into: that would ask the network)."""
+    if "://" in location and not location.startswith("file://"):
+        return False
+    folder = Path(location.removeprefix("file://"))
+    return folder.is_dir() and next(folder.glob("torch-*.whl"), None) is not None
+
+
 def torch_route(profile: Profile) -> tuple[str, str]:
     """(route, canonical index) of the profile's torch build, from the compat data: "pypi" when PyPI's
     own wheel for the release is this build on every platform of the profile."""
@@ -82,8 +90,9 @@ def torch_source(
     if explicit:
         url, flat = _as_url(explicit)
     elif links:
-        # An air-gapped wheelhouse stands in for the PyTorch index.
-        url, flat = _as_url(links[0])
+        # An air-gapped wheelhouse stands in for the PyTorch index: the one that holds a torch wheel,
+        # wherever it is listed (a folder of the team's own sdists may come first), else the first.
+        url, flat = _as_url(next((link for link in links if _holds_torch(link)), links[0]))
     else:
         url, flat = canonical, False
     return TorchSource("index", index, url, flat, links, canonical)

@@ -331,12 +331,13 @@ def test_an_sdist_that_imports_torch_to_build_locks_and_installs_with_build_requ
     with "No module named 'torch'", and the lock error pointed at uv's own settings files, which an
     envbuild user does not write. The error now names the profile's fix, and with it the lock
     builds the metadata against the profile's torch and `venv` compiles the extension against the
-    locked one."""
+    locked one. The sdists' folder comes first: the torch wheelhouse stands in for the index wherever
+    it is listed."""
     torch_extension_sdist(tmp_path / "sdists")
     profile = proj / "profiles" / "cpu-py311-ext.yaml"
     text = (
         "name: cpu-py311-ext\naccelerator: cpu\npython: '3.11'\ntorch: '2.13.0'\nnumpy: '2.1.3'\n"
-        f"packages: ['envbuild-addone==0.1']\nfind_links: ['{WHEELS}', '{tmp_path / 'sdists'}']\n"
+        f"packages: ['envbuild-addone==0.1']\nfind_links: ['{tmp_path / 'sdists'}', '{WHEELS}']\n"
     )
     profile.write_text(text)
     res = envbuild("lock", "cpu-py311-ext", cwd=proj)

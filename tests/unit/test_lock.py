@@ -306,3 +306,19 @@ def test_the_pylock_pass_reads_local_wheels_hashes_from_a_page_not_the_files(tmp
     assert f'href="{wheel.as_uri()}#sha256={"a" * 64}"' in page.read_text()
     (house / "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"")
     assert venvlock._pylock_source(plan, pins, tmp_path) == plan.source
+
+
+def test_the_wheelhouse_that_holds_torch_stands_in_for_the_index_wherever_it_is_listed(tmp_path: Path) -> None:
+    """A folder of the team's own sdists listed before the torch wheelhouse made the lock look for
+    torch in it ("no package torch"): the wheelhouse with a torch wheel is the one now, else the first."""
+    own, house = tmp_path / "own", tmp_path / "house"
+    own.mkdir()
+    house.mkdir()
+    (own / "mypkg-1.0.tar.gz").write_bytes(b"")
+    (house / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    prof = _prof("cpu-py311")
+    src = torchsource.torch_source(prof, find_links=(str(own), str(house)))
+    assert (src.torch_index, src.torch_index_flat) == (house.resolve().as_uri(), True)
+    assert src.find_links == (str(own), str(house))  # both still read
+    src = torchsource.torch_source(prof, find_links=(str(own), "https://example.test/wheels/"))
+    assert src.torch_index == own.resolve().as_uri()  # none holds torch (a URL is not looked into)
