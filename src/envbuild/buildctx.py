@@ -205,12 +205,13 @@ def _local_dirs(links: tuple[str, ...]) -> list[Path]:
     return out
 
 
-def _cached_wheels(plan: Plan, lock: LockSnapshot, ca: Path | None, say: Events, fetch: bool) -> dict[Path, str]:
+def _cached_wheels(
+    houses: list[Path], lock: LockSnapshot, ca: Path | None, say: Events, fetch: bool
+) -> dict[Path, str]:
     """{cached wheel: distribution} for the lock's wheels: from the host's wheel cache, a local
     wheelhouse (matched by the locked hash, never anything else from there), or downloaded once from
     the lockfile's own URL. A cache is a shortcut, never a requirement: what it cannot get, the
     builder fetches from the index the lockfile records."""
-    houses = _local_dirs(plan.source.find_links)
     return wheelcache.for_lock(
         lock.pylock_text, lock.pins, houses, ca, lambda text: say("phase", "wheels", text), fetch=fetch
     )
@@ -331,7 +332,8 @@ def prepare(
     lock = freshness.require_fresh(project, plan, platform)
     ca_path = opts.ca_bundle or (project.root / project.config.ca_bundle if project.config.ca_bundle else None)
     ca_text = _read_ca(ca_path) if ca_path is not None else None
-    placed = _cached_wheels(plan, lock, ca_path, say, fetch) if prof.flavor == "venv" else {}
+    houses = _local_dirs(plan.source.find_links)  # the local wheelhouses: their wheels, and the sdists to build
+    placed = _cached_wheels(houses, lock, ca_path, say, fetch) if prof.flavor == "venv" else {}
     wheels = sorted(placed, key=lambda w: w.name)
     built = dataclasses.replace(plan, source=_build_source(plan, lock, placed))
     epoch = source_date_epoch(project, lock.path)
@@ -380,8 +382,9 @@ def prepare(
     for group in [*groups, *(["seed"] if seed else [])]:
         (ctx / "wheels" / group).mkdir()
     binaries = layering.wheel_places(ctx, placed, groups, seed, buildreqs.CONFIG_FILE in rendered.parts)
-    local = wheelcache.local_sdists(lock.pins, lock.from_source, _local_dirs(plan.source.find_links))
-    binaries += [(s, ctx / "wheels" / "rest" / s.name) for s in local]  # the builder cannot read host folders
+    binaries += [  # the sdists it builds from a local folder: the builder cannot read the host's folders
+        (s, ctx / "wheels" / "rest" / s.name) for s in wheelcache.local_sdists(lock.pins, lock.from_source, houses)
+    ]
     binaries += [(rendered.uv_binary, ctx / "tools" / "uv")] if rendered.uv_binary else []
     for source, target in binaries:
         # A hard link when possible: a CUDA lock's wheels are gigabytes. They come from envbuild's

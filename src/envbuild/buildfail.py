@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from envbuild import fetchfail
 from envbuild.errors import BuildError, BuildFailure, WriteFailed
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -104,7 +105,7 @@ _RULES = (
     ),
     _Rule(
         # uv, under "Failed to build": the sdist's setup.py imports a package it does not declare
-        r"indicates that `([^`@]+)@[^`]*` depends on `([^`]+)`, but doesn't declare it as a build dependency",
+        fetchfail.UNDECLARED.pattern,
         "{g1}'s build imports {g2}, which it does not declare, so its isolated build environment lacks it",
         "add `build_requires: {{{g1}: [{g2}]}}` to {name}'s profile and re-lock: its build then gets the locked {g2}",
     ),

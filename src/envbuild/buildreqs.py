@@ -42,6 +42,11 @@ def for_lock(plan: Plan) -> dict[str, tuple[str, ...]]:
     }
 
 
+def _named(prof: Profile) -> list[str]:
+    """Every name `build_requires` asks for, canonical, sorted, once."""
+    return sorted({canonical(n) for names in prof.build_requires.values() for n in names})
+
+
 def index_pages(plan: Plan) -> list[str]:
     """The PyTorch index's page of each torch-family name `build_requires` asks for, as find-links for
     a lock: a build environment takes no index routing (uv applies `sources` to the project's own
@@ -50,14 +55,12 @@ def index_pages(plan: Plan) -> list[str]:
     src = plan.source
     if src.route != "index" or not src.torch_index or src.torch_index_flat:
         return []  # PyPI's build is the profile's, or a wheelhouse among the find-links holds it
-    wanted = sorted({canonical(n) for names in plan.profile.build_requires.values() for n in names})
-    return [f"{src.torch_index.rstrip('/')}/{n}/" for n in wanted if TORCH_FAMILY_RE.fullmatch(n)]
+    return [f"{src.torch_index.rstrip('/')}/{n}/" for n in _named(plan.profile) if TORCH_FAMILY_RE.fullmatch(n)]
 
 
 def missing(prof: Profile, locked: Mapping[str, str]) -> list[str]:
     """The names `build_requires` asks for that the lockfile (`locked`: {name: version}) lacks."""
-    wanted = {canonical(n) for names in prof.build_requires.values() for n in names}
-    return sorted(wanted - set(locked))
+    return [n for n in _named(prof) if n not in locked]
 
 
 def for_build(prof: Profile, locked: Mapping[str, str]) -> dict[str, tuple[str, ...]]:

@@ -22,9 +22,10 @@ E = TypeVar("E", bound=EnvbuildError)
 
 # uv: "Because NAME was not found in the package registry and ..." (an index or a wheelhouse alike)
 _MISSING = re.compile(r"\b(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+was\s+not\s+found\s+in\s+the\s+package\s+registry")
-# uv, when an sdist's build fails on an import: "This error likely indicates that `torch-scatter@2.1.2`
-# depends on `torch`, but doesn't declare it as a build dependency"
-_UNDECLARED = re.compile(
+# uv, when an sdist's build fails on an import (buildfail reads a build's log with it too): "This
+# error likely indicates that `torch-scatter@2.1.2` depends on `torch`, but doesn't declare it as a
+# build dependency"
+UNDECLARED = re.compile(
     r"indicates that `(?P<name>[^`@]+)@[^`]*` depends on `(?P<dep>[^`]+)`, but doesn't declare it as a build dependency"
 )
 _URL = re.compile(r"(?:Failed to fetch:|request for url \(|Failed to download)\s*`?(?P<url>\w+://[^\s`)]+)")
@@ -62,7 +63,7 @@ def explain(tool: str, text: str, route: str) -> Explanation | None:
     `route` is the caller's way around an unreachable source ("point `index_url:` at a mirror").
     """
     lowered = text.lower()
-    undeclared = _UNDECLARED.search(text)
+    undeclared = UNDECLARED.search(text)
     if undeclared is not None:  # uv's own hint names its settings files, which envbuild writes for the user
         name, dep = undeclared.group("name"), undeclared.group("dep")
         return Explanation(
