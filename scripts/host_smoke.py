@@ -4,7 +4,8 @@
 Meant for a GPU host that has torch installed but not envbuild: one command checks the
 install against a profile generated from it (`envbuild validate`: does envbuild's compatibility
 data agree with a real install?) and runs every smoke check there (`envbuild smoke --local`:
-kernels on every GPU, cuDNN, DDP over NCCL, AMP, DataLoader, determinism).
+kernels on every GPU, cuDNN, DDP over NCCL, AMP, DataLoader, determinism, torch.compile, export,
+perf), plus any script given with `--check` as one of the profile's own checks.
 
     python3 scripts/host_smoke.py run --out DIR [--wheels DIR] [--torch-python PY] [--gpus all]
 
@@ -147,6 +148,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "COLUMNS": "120", "NO_COLOR": "1"}
         project = work / "project"
         (project / "profiles").mkdir(parents=True)
+        if args.check:  # the project's own checks (`checks:`), e.g. checks/train_gpt.py: a user's workload
+            (project / "checks").mkdir()
+            for script in args.check:
+                shutil.copy2(script, project / "checks" / Path(script).name)
+            prof["checks"] = [f"checks/{Path(script).name}" for script in args.check]
         profile_text = "".join(f"{k}: {json.dumps(v)}\n" for k, v in prof.items())
         (project / "profiles" / f"{prof['name']}.yaml").write_text(profile_text)
         (out / "profile.yaml").write_text(profile_text)
@@ -327,6 +333,9 @@ def main() -> int:
     run.add_argument("--torch-python", help="the interpreter whose torch is checked (default: this one)")
     run.add_argument("--gpus", default="all", help="all, none or a count (default: all)")
     run.add_argument("--timeout", type=float, default=300.0, help="seconds for the smoke run")
+    run.add_argument(
+        "--check", action="append", default=[], help="a script to run as one of the profile's checks (repeatable)"
+    )
     wheels = sub.add_parser("wheels", help="download envbuild's dependencies as wheels for another host")
     wheels.add_argument("--python-version", required=True, help="that host's Python, e.g. 3.12")
     wheels.add_argument("--dest", required=True)
