@@ -111,11 +111,19 @@ def inspect_host() -> HostReport:
 def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
     out = []
     for prof in (validate.load_named(project, n) for n in project.profile_names()):
-        ok, why = _verdict(prof, report)
+        host_ok, why = _host_verdict(prof, report)
+        ok = host_ok and report.engine.get("reachable", True)
+        if not report.engine.get("reachable", True):
+            # A GPU host without an engine still runs `envbuild venv` + `smoke --local`: keep what
+            # its GPUs and driver say, and say why no image runs.
+            why = "no image runs here: the Docker engine did not answer (see engine above); " + (
+                f"the host itself suits it: {why}" if host_ok else f"and the host does not suit it: {why}"
+            )
         out.append(
             {
                 "profile": prof.name,
                 "runs_here": ok,
+                "host_ok": host_ok,
                 "why": why,
                 "accelerator": prof.accelerator,
                 "version": prof.accelerator_version,
@@ -124,10 +132,9 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
     return out
 
 
-def _verdict(prof: Profile, report: HostReport) -> tuple[bool, str]:
-    """Whether one profile's image can run on this host, judged as its smoke test would judge it."""
-    if not report.engine.get("reachable", True):
-        return False, "unknown: the Docker engine did not answer (see engine above)"
+def _host_verdict(prof: Profile, report: HostReport) -> tuple[bool, str]:
+    """Whether this host's GPUs and driver suit one profile, judged as its smoke test would judge
+    them; the engine is judged apart."""
     if prof.accelerator == "rocm":
         if not report.rocm_devices:
             return False, "no ROCm device (/dev/kfd) on this host"

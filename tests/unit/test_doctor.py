@@ -64,6 +64,24 @@ def test_a_host_without_gpus_runs_only_cpu_profiles(project: Path) -> None:
     assert verdicts["cpu-py311"] == (True, "CPU profile")
 
 
+def test_without_an_engine_no_image_runs_but_the_gpu_verdict_stays(project: Path) -> None:
+    """A GPU host with no Docker (where `envbuild venv` and `smoke --local` still work): seen on the
+    lent H200, where every profile read "unknown" and the driver's verdict was lost."""
+    report = doctor.HostReport(
+        nvidia_driver="535.104.05", gpus=[H200], engine={"reachable": False, "error": "no socket there"}
+    )
+    rows = {v["profile"]: v for v in doctor.verdicts(open_project(str(project)), report)}
+    assert not any(v["runs_here"] for v in rows.values())
+    assert rows["cu126-py312"]["host_ok"] is True
+    assert rows["cu126-py312"]["why"] == (
+        "no image runs here: the Docker engine did not answer (see engine above); the host itself suits it: "
+        "driver 535.104.05 runs CUDA 12.6 through minor-version compatibility (full support from 560.28.03)"
+    )
+    assert rows["cu130-py313"]["host_ok"] is False
+    assert "and the host does not suit it: driver 535.104.05 is older than 580" in rows["cu130-py313"]["why"]
+    assert rows["rocm63-py312"]["host_ok"] is False
+
+
 def test_rocm_host(project: Path) -> None:
     verdicts = _verdicts(project, doctor.HostReport(rocm_devices=["renderD128", "renderD129"]))
     assert verdicts["rocm63-py312"] == (True, "2 ROCm render node(s)")

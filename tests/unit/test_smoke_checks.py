@@ -131,6 +131,26 @@ def test_a_failing_project_script_fails_with_its_name_and_last_words(tmp_path: P
     assert r.facts["stderr_tail"] == ["loss is nan"] and r.facts["stdout_tail"] == ["step 1"]
 
 
+def test_a_project_script_that_crashes_in_native_code_names_the_signal_and_where(tmp_path: Path) -> None:
+    """Seen on the lent H200: AOTInductor's package loader died with SIGSEGV, and the check said
+    "exited -11:   warnings.warn(", the last line a warning had printed."""
+    text = (
+        "import ctypes, warnings\n"
+        "warnings.warn('something harmless')\n"
+        "def load_package():\n"
+        "    ctypes.string_at(0)\n"
+        "load_package()\n"
+    )
+    r = Result("check:mine.py")
+    with pytest.raises(CheckFailed) as failed:
+        usercheck.run_script(_ctx(expect_path=str(tmp_path / "expect.json")), r, _script(tmp_path, text))
+    assert failed.value.reason.startswith("mine.py crashed with SIGSEGV (signal 11) in ")
+    assert failed.value.reason.endswith(" in string_at (from mine.py, line 4 in load_package)")
+    assert "python -X faulthandler mine.py" in failed.value.remedy
+    assert r.facts["signal"] == "SIGSEGV"
+    assert [f.split(", ")[-1] for f in r.facts["crash_stack"][-2:]] == ["line 4 in load_package", "line 5 in <module>"]
+
+
 def test_a_project_script_that_hangs_is_stopped_at_its_limit(tmp_path: Path) -> None:
     script = {**_script(tmp_path, "import time\nprint('starting', flush=True)\ntime.sleep(60)\n"), "timeout": 1}
     with pytest.raises(CheckFailed, match="did not finish within 1 s"):

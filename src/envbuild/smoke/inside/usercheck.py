@@ -4,6 +4,7 @@ pass when they exit 0 within their time limit."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,10 +13,59 @@ from typing import Any
 from .core import CheckFailed, Context, Result
 
 TAIL_LINES = 20
+CRASH_FRAMES = 12
 
 
 def _tail(text: str) -> list[str]:
     return text.strip().splitlines()[-TAIL_LINES:]
+
+
+def _crash_stack(stderr: str) -> list[str]:
+    """The crashing thread's frames from faulthandler's dump, innermost first ("File ..., line N in
+    f"), or [] where the script did not crash in Python's view."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Current thread"):
+            frames = []
+            for frame in lines[i + 1 :]:
+                if not frame.startswith("  File "):
+                    break
+                frames.append(frame.strip())
+            return frames[:CRASH_FRAMES]
+    return []
+
+
+def _where(stack: list[str], path: str) -> str:
+    """ " in FILE, line N in f", and the script's own line that led there when that is another frame."""
+    if not stack:
+        return ""
+    where = f" in {stack[0][len('File ') :]}"  # no str.removeprefix: images may run Python 3.8
+    mine = next((f for f in stack if f'"{path}"' in f), None)
+    if mine and mine != stack[0]:
+        where += f" (from {os.path.basename(path)}, {mine.split(', ', 1)[1]})"
+    return where
+
+
+def _killed(script: str, path: str, code: int, stderr: str, r: Result) -> CheckFailed:
+    """A script ended by a signal: a crash in native code (a library, the driver, a compiled
+    extension or kernel), where the last line of stderr is whatever a warning printed last."""
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    stack = _crash_stack(stderr)
+    r.facts.update(signal=name, crash_stack=stack)
+    where = _where(stack, path)
+    if name == "SIGKILL":
+        return CheckFailed(
+            f"{script} was killed (SIGKILL): most often the kernel's out-of-memory killer",
+            "give the container more memory (docker run --memory), or make the script use less",
+        )
+    return CheckFailed(
+        f"{script} crashed with {name} (signal {-code}){where}",
+        "a crash in native code (a compiled library, the GPU driver or a kernel), not a Python error: "
+        f"facts.crash_stack is where it was; rerun it with `python -X faulthandler {script}` to see it again",
+    )
 
 
 def run_script(ctx: Context, r: Result, script: dict[str, Any]) -> None:
@@ -33,6 +83,8 @@ def run_script(ctx: Context, r: Result, script: dict[str, Any]) -> None:
             timeout=limit,
             check=False,
             cwd=os.path.dirname(path),
+            # A native crash then prints the Python stack it happened under (faulthandler).
+            env={**os.environ, "PYTHONFAULTHANDLER": os.environ.get("PYTHONFAULTHANDLER") or "1"},
         )
     except subprocess.TimeoutExpired as exc:
         r.facts["stdout_tail"] = _tail(exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or "")
@@ -45,6 +97,8 @@ def run_script(ctx: Context, r: Result, script: dict[str, Any]) -> None:
         stdout_tail=_tail(proc.stdout),
         stderr_tail=_tail(proc.stderr),
     )
+    if proc.returncode < 0:
+        raise _killed(script["file"], path, proc.returncode, proc.stderr, r)
     if proc.returncode != 0:
         last = (_tail(proc.stderr) or _tail(proc.stdout) or ["no output"])[-1]
         raise CheckFailed(
