@@ -67,6 +67,52 @@ def python_tags(filenames: list[str]) -> list[str]:
     return sorted(tags, key=lambda t: int(t.split(".")[1]))
 
 
+_NUMPY_WHEEL = re.compile(r"-cp3(\d+)-cp3\d+t?-[^-]*manylinux[^-]*x86_64\.whl$")
+NUMPY_OLDEST = Version("1.24")  # older numpy predates every torch release in the data
+
+
+def numpy_pythons(releases: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """{numpy minor: (oldest, newest Python)} from numpy's PyPI index: the oldest from the newest
+    patch's Requires-Python, the newest from the highest CPython tag of the minor's Linux x86_64
+    wheels (a later patch adds wheels for a new Python, as 2.5.2 did for 3.15)."""
+    minors: dict[str, list[tuple[Version, list[dict[str, Any]]]]] = {}
+    for v, files in releases.items():
+        try:
+            parsed = Version(v)
+        except InvalidVersion:
+            continue
+        if files and not parsed.is_prerelease and parsed >= NUMPY_OLDEST:
+            minors.setdefault(f"{parsed.major}.{parsed.minor}", []).append((parsed, files))
+    out: dict[str, tuple[str, str]] = {}
+    for minor, patches in minors.items():
+        tags = {int(m.group(1)) for _, files in patches for f in files if (m := _NUMPY_WHEEL.search(f["filename"]))}
+        newest = max(patches, key=lambda p: p[0])[1]
+        floor = re.search(r">=\s*3\.(\d+)", next((f.get("requires_python") or "" for f in newest), ""))
+        if not tags:
+            continue
+        lo = max(int(floor.group(1)), min(tags)) if floor else min(tags)
+        out[minor] = (f"3.{lo}", f"3.{max(tags)}")
+    return out
+
+
+def refresh_numpy(rules: dict[str, Any], index: dict[str, Any]) -> list[str]:
+    """Update numpy's Python ranges in place from its PyPI index (a new minor gets a row): without
+    a row, `validate` cannot tell that numpy 2.5 needs Python 3.12 and leaves it to the lock."""
+    changes: list[str] = []
+    rows = {r["numpy"]: r for r in rules["python_ranges"]}
+    for minor, (lo, hi) in sorted(numpy_pythons(index["releases"]).items(), key=lambda kv: Version(kv[0])):
+        row = rows.get(minor)
+        if row is None:
+            rules["python_ranges"].append({"numpy": minor, "python": [lo, hi]})
+            changes.append(f"numpy {minor}: python (new) -> {lo}-{hi}")
+        elif list(row["python"]) != [lo, hi]:
+            changes.append(f"numpy {minor}: python {'-'.join(row['python'])} -> {lo}-{hi}")
+            row["python"] = [lo, hi]
+    if changes and "PyPI" not in rules.get("python_ranges_source", ""):
+        rules["python_ranges_source"] += "; every row checked against numpy's wheels and Requires-Python on PyPI"
+    return changes
+
+
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=60) as resp:  # noqa: S310 - fixed https URL
         return json.load(resp)
@@ -117,6 +163,8 @@ def refresh(
         if extra != row.get("python_pypi_extra", []):
             changes.append(f"{minor}: python_pypi_extra {row.get('python_pypi_extra')} -> {extra}")
             row["python_pypi_extra"] = extra
+    if "numpy" in data:
+        changes += refresh_numpy(data["numpy"], fetch(PYPI_JSON.format(name="numpy")))
     if changes and "PYPI" in data.get("sources", {}):
         day = today or date.today().isoformat()
         data["sources"]["PYPI"] = re.sub(r"read \d{4}-\d\d-\d\d", f"read {day}", data["sources"]["PYPI"])

@@ -14,8 +14,10 @@ from envbuild.compat_refresh import (
     disagreements,
     index_listing,
     linux_libs,
+    numpy_pythons,
     python_tags,
     refresh,
+    refresh_numpy,
 )
 
 from ..conftest import REPO
@@ -112,6 +114,59 @@ def test_refresh_replaces_a_guess_and_dates_the_source() -> None:
     assert data["sources"]["PYPI"].endswith("read 2026-11-30")
     # a second run finds nothing to change: no churn from the floating runtime patch
     assert refresh(data, fetch=lambda _url: index, resolve=lambda v, py: resolved, today="2026-12-01") == []
+
+
+NUMPY_INDEX = {  # numpy's PyPI index as it stood on 2026-12-04, trimmed to what decides a range
+    "releases": {
+        "2.4.0": [
+            {"filename": "numpy-2.4.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"},
+            {"filename": "numpy-2.4.0-cp314-cp314t-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"},
+            {"filename": "numpy-2.4.0-cp314-cp314-win_amd64.whl"},
+        ],
+        "2.5.0": [
+            {"filename": "numpy-2.5.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"},
+            {"filename": "numpy-2.5.0-cp314-cp314-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"},
+            {"filename": "numpy-2.5.0.tar.gz", "requires_python": ">=3.12"},
+        ],
+        "2.5.2": [
+            {"filename": "numpy-2.5.2-cp315-cp315-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"},
+            {"filename": "numpy-2.5.2-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"},
+        ],
+        "2.6.0rc1": [{"filename": "numpy-2.6.0rc1-cp313-cp313-manylinux_2_28_x86_64.whl"}],
+        "1.23.5": [{"filename": "numpy-1.23.5-cp38-cp38-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"}],
+    }
+}
+for _files in NUMPY_INDEX["releases"].values():
+    for _f in _files:
+        _f.setdefault("requires_python", ">=3.12" if "2.5" in _f["filename"] else ">=3.11")
+
+
+def test_numpy_python_ranges_come_from_its_wheels_and_requires_python() -> None:
+    # a later patch's wheels widen the range (3.15 came with 2.5.2); pre-releases, other
+    # platforms and numpy older than every torch in the data are left out
+    assert numpy_pythons(NUMPY_INDEX["releases"]) == {"2.4": ("3.11", "3.14"), "2.5": ("3.12", "3.15")}
+
+
+def test_a_new_numpy_minor_gets_its_row_and_validate_then_refuses_an_older_python(tmp_path: Path) -> None:
+    rules: dict[str, Any] = {
+        "python_ranges": [{"numpy": "2.4", "python": ["3.11", "3.14"]}],
+        "python_ranges_source": "numpy release notes",
+    }
+    assert refresh_numpy(rules, NUMPY_INDEX) == ["numpy 2.5: python (new) -> 3.12-3.15"]
+    assert rules["python_ranges"][-1] == {"numpy": "2.5", "python": ["3.12", "3.15"]}
+    assert "PyPI" in rules["python_ranges_source"]
+    assert refresh_numpy(rules, NUMPY_INDEX) == []  # nothing churns on a second run
+    # the shipped data has the row: numpy 2.5 on Python 3.11 is refused before anything is downloaded
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "cpu-py311-np25.yaml").write_text(
+        'name: cpu-py311-np25\npython: "3.11"\ntorch: "2.13.0"\naccelerator: cpu\nnumpy: "2.5.2"\n'
+    )
+    from envbuild import validate
+
+    loaded = validate.check(tmp_path / "profiles" / "cpu-py311-np25.yaml")
+    assert [(d.field, d.message, d.fix) for d in loaded.diagnostics if d.severity == "error"] == [
+        ("numpy", "numpy 2.5 supports Python 3.12-3.15, not 3.11", "pick a numpy release with wheels for this Python")
+    ]
 
 
 def test_the_weekly_drift_workflow_runs_the_refresher_check() -> None:

@@ -28,7 +28,13 @@ def empty_project(tmp_path: Path) -> Path:
 @pytest.fixture
 def index(fake_index: FakeIndex) -> Lookups:
     fake_index.newest.update(
-        {"torch==2.14.*": "2.14.1", "torch==2.2.*": "2.2.2", "numpy==2.4.*": "2.4.6", "numpy==1.26.*": "1.26.4"}
+        {
+            "torch==2.14.*": "2.14.1",
+            "torch==2.2.*": "2.2.2",
+            "numpy==2.5.*": "2.5.5",
+            "numpy==2.4.*": "2.4.6",
+            "numpy==1.26.*": "1.26.4",
+        }
     )
     return fake_index.asked
 
@@ -39,7 +45,8 @@ def test_new_writes_the_newest_verified_release_with_that_build(
     res = cli("new", "cu126-py312", "--project", str(empty_project))
     assert res.code == 0, res.err
     # 2.15 has a CUDA 12.6 build too, but its compat data is unverified: 2.14 is taken, and the note says why.
-    assert index == [(["torch==2.14.*", "numpy==2.4.*"], "3.12")]
+    # numpy 2.5 is the newest series with wheels for Python 3.12 (it needs 3.12 or later)
+    assert index == [(["torch==2.14.*", "numpy==2.5.*"], "3.12")]
     written = (empty_project / "profiles" / "cu126-py312.yaml").read_text()
     assert written == (
         "# Written by `envbuild new cu126-py312` from envbuild's compat data; edit freely,\n"
@@ -50,7 +57,7 @@ def test_new_writes_the_newest_verified_release_with_that_build(
         'cuda: "12.6"\n'
         'python: "3.12"\n'
         'torch: "2.14.1"\n'
-        'numpy: "2.4.6"\n'
+        'numpy: "2.5.5"\n'
         "# torchvision: auto          # the release that pairs with torch\n"
         "# torchaudio: auto\n"
         '# packages: ["einops==0.8.1"]\n'

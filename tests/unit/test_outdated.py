@@ -48,11 +48,11 @@ def test_check_exits_1_only_when_a_profile_is_behind(
 ) -> None:
     path = project / "profiles" / "cu130-py313.yaml"
     data = yaml.safe_load(path.read_text())
-    path.write_text(yaml.safe_dump({**data, "numpy": "2.4.6"}))
-    fake_index.newest.update({"torch==2.14.*": "2.14.1", "numpy==2.4.*": "2.4.6"})
+    path.write_text(yaml.safe_dump({**data, "numpy": "2.5.5"}))
+    fake_index.newest.update({"torch==2.14.*": "2.14.1", "numpy==2.5.*": "2.5.5"})
     current = cli("outdated", "cu130-py313", "--check", "--project", str(project))
     assert current.code == 0, current.err
-    assert fake_index.asked == [(["torch==2.14.*", "numpy==2.4.*"], "3.13")]  # nothing newer to ask about
+    assert fake_index.asked == [(["torch==2.14.*", "numpy==2.5.*"], "3.13")]  # nothing newer to ask about
 
     fake_index.newest["torch==2.14.*"] = "2.14.2"  # upstream ships a patch
     behind = cli("outdated", "cu130-py313", "--check", "--project", str(project))
@@ -66,7 +66,7 @@ def test_one_failed_lookup_does_not_hide_the_others(
     cli: Callable[..., Result], project: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_index.newest.update({"torch==2.7.*": "2.7.1", "numpy==2.2.*": "2.2.6", "torch==2.14.*": "2.14.1"})
-    fake_index.newest.update({"numpy==2.4.*": "2.4.6"})
+    fake_index.newest.update({"numpy==2.4.*": "2.4.6", "numpy==2.5.*": "2.5.5"})
 
     def lookup(requirements: list[str], python: str, **kw: object) -> dict[str, str]:
         if python == "3.10":
