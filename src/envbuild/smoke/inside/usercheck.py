@@ -36,7 +36,8 @@ def _crash_stack(stderr: str) -> list[str]:
 
 
 def _where(stack: list[str], path: str) -> str:
-    """ " in FILE, line N in f", and the script's own line that led there when that is another frame."""
+    """Where it crashed (' in FILE, line N in f'), and the script's own line that led there when
+    that is another frame."""
     if not stack:
         return ""
     where = f" in {stack[0][len('File ') :]}"  # no str.removeprefix: images may run Python 3.8
@@ -59,7 +60,7 @@ def _killed(script: str, path: str, code: int, stderr: str, r: Result) -> CheckF
     if name == "SIGKILL":
         return CheckFailed(
             f"{script} was killed (SIGKILL): most often the kernel's out-of-memory killer",
-            "give the container more memory (docker run --memory), or make the script use less",
+            "give it more memory (the container's --memory limit, or the host's), or make the script use less",
         )
     return CheckFailed(
         f"{script} crashed with {name} (signal {-code}){where}",
