@@ -151,6 +151,16 @@ def test_a_project_script_that_crashes_in_native_code_names_the_signal_and_where
     assert [f.split(", ")[-1] for f in r.facts["crash_stack"][-2:]] == ["line 4 in load_package", "line 5 in <module>"]
 
 
+def test_a_project_script_killed_outright_is_named_as_the_likely_out_of_memory_kill(tmp_path: Path) -> None:
+    text = "import os, signal\nprint('epoch 1', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    r = Result("check:mine.py")
+    with pytest.raises(CheckFailed) as failed:
+        usercheck.run_script(_ctx(expect_path=str(tmp_path / "expect.json")), r, _script(tmp_path, text))
+    assert failed.value.reason == "mine.py was killed (SIGKILL): most often the kernel's out-of-memory killer"
+    assert "more memory" in failed.value.remedy
+    assert r.facts["stdout_tail"] == ["epoch 1"] and r.facts["crash_stack"] == []
+
+
 def test_a_project_script_that_hangs_is_stopped_at_its_limit(tmp_path: Path) -> None:
     script = {**_script(tmp_path, "import time\nprint('starting', flush=True)\ntime.sleep(60)\n"), "timeout": 1}
     with pytest.raises(CheckFailed, match="did not finish within 1 s"):
