@@ -70,6 +70,20 @@ def test_a_users_cpp_extension_builds_and_runs_in_the_image(docker_client: Any, 
     assert compiled["facts"]["toolchain"]["ninja"] == "/usr/bin/ninja"
 
 
+def test_a_small_gpt_trains_compiled_and_exports_for_serving_in_the_image(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """checks/train_gpt.py, as the image's user: torch.compile of a whole training step, bf16
+    autocast, SDPA, a checkpoint, torch.export and an AOTInductor package loaded back and run (on
+    the lent H200 the package's load crashed in a host install: docs/GPU-SMOKE.md)."""
+    script = (Path(__file__).parents[2] / "checks" / "train_gpt.py").read_text()
+    out = _run(docker_client, built_cpu["image_id"], "python", "-c", script)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["device"] == "cpu"
+    assert summary["export"]["torch.export"] == "saved, loaded, same answer"
+    assert summary["export"]["aoti"].endswith("same answer"), summary["export"]
+
+
 def test_a_failing_project_check_fails_the_smoke_test_and_is_named(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:
