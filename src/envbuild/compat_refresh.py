@@ -15,6 +15,8 @@ import urllib.request
 from datetime import date
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 PYPI_JSON = "https://pypi.org/pypi/{name}/json"
@@ -59,22 +61,29 @@ def cuda_of(libs: dict[str, str]) -> str | None:
 
 
 def python_tags(filenames: list[str]) -> list[str]:
-    tags = set()
+    """The CPython versions ("3.12") that Linux x86_64 (manylinux) wheels among `filenames` are for,
+    oldest first; a free-threaded wheel (cp313t) counts for its version."""
+    found: set[int] = set()
     for name in filenames:
-        m = re.search(r"-cp3(\d+)-cp3\d+t?-(manylinux[^.]*x86_64)\.whl$", name)
-        if m:
-            tags.add(f"3.{m.group(1)}")
-    return sorted(tags, key=lambda t: int(t.split(".")[1]))
+        if not name.endswith(".whl"):
+            continue
+        try:
+            tags = parse_wheel_filename(name)[3]
+        except InvalidWheelFilename:
+            continue
+        for tag in tags:
+            if tag.interpreter.startswith("cp3") and tag.platform.startswith("manylinux") and "x86_64" in tag.platform:
+                found.add(int(tag.interpreter[3:]))
+    return [f"3.{minor}" for minor in sorted(found)]
 
 
-_NUMPY_WHEEL = re.compile(r"-cp3(\d+)-cp3\d+t?-[^-]*manylinux[^-]*x86_64\.whl$")
 NUMPY_OLDEST = Version("1.24")  # older numpy predates every torch release in the data
 
 
 def numpy_pythons(releases: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """{numpy minor: (oldest, newest Python)} from numpy's PyPI index: the oldest from the newest
-    patch's Requires-Python, the newest from the highest CPython tag of the minor's Linux x86_64
-    wheels (a later patch adds wheels for a new Python, as 2.5.2 did for 3.15)."""
+    """{numpy minor: (oldest, newest Python)} from numpy's PyPI index: the minor's Linux x86_64
+    wheels (a later patch adds wheels for a new Python, as 2.5.2 did for 3.15), less the Pythons
+    the newest patch's Requires-Python excludes."""
     minors: dict[str, list[tuple[Version, list[dict[str, Any]]]]] = {}
     for v, files in releases.items():
         try:
@@ -85,13 +94,13 @@ def numpy_pythons(releases: dict[str, Any]) -> dict[str, tuple[str, str]]:
             minors.setdefault(f"{parsed.major}.{parsed.minor}", []).append((parsed, files))
     out: dict[str, tuple[str, str]] = {}
     for minor, patches in minors.items():
-        tags = {int(m.group(1)) for _, files in patches for f in files if (m := _NUMPY_WHEEL.search(f["filename"]))}
         newest = max(patches, key=lambda p: p[0])[1]
-        floor = re.search(r">=\s*3\.(\d+)", next((f.get("requires_python") or "" for f in newest), ""))
-        if not tags:
-            continue
-        lo = max(int(floor.group(1)), min(tags)) if floor else min(tags)
-        out[minor] = (f"3.{lo}", f"3.{max(tags)}")
+        allowed = SpecifierSet(next((f.get("requires_python") or "" for f in newest), ""))
+        pythons = [
+            p for p in python_tags([f["filename"] for _, files in patches for f in files]) if f"{p}.0" in allowed
+        ]
+        if pythons:
+            out[minor] = (pythons[0], pythons[-1])
     return out
 
 

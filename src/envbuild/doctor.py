@@ -110,10 +110,10 @@ def inspect_host() -> HostReport:
 
 def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
     out = []
+    engine_ok = bool(report.engine.get("reachable", True))
     for prof in (validate.load_named(project, n) for n in project.profile_names()):
         host_ok, why = _host_verdict(prof, report)
-        ok = host_ok and report.engine.get("reachable", True)
-        if not report.engine.get("reachable", True):
+        if not engine_ok:
             # A GPU host without an engine still runs `envbuild venv` + `smoke --local`: keep what
             # its GPUs and driver say, and say why no image runs.
             why = "no image runs here: the Docker engine did not answer (see engine above); " + (
@@ -122,7 +122,7 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
         out.append(
             {
                 "profile": prof.name,
-                "runs_here": ok,
+                "runs_here": host_ok and engine_ok,
                 "host_ok": host_ok,
                 "why": why,
                 "accelerator": prof.accelerator,

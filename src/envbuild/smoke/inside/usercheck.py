@@ -56,14 +56,13 @@ def _killed(script: str, path: str, code: int, stderr: str, r: Result) -> CheckF
         name = f"signal {-code}"
     stack = _crash_stack(stderr)
     r.facts.update(signal=name, crash_stack=stack)
-    where = _where(stack, path)
     if name == "SIGKILL":
         return CheckFailed(
             f"{script} was killed (SIGKILL): most often the kernel's out-of-memory killer",
             "give it more memory (the container's --memory limit, or the host's), or make the script use less",
         )
     return CheckFailed(
-        f"{script} crashed with {name} (signal {-code}){where}",
+        f"{script} crashed with {name} (signal {-code}){_where(stack, path)}",
         "a crash in native code (a compiled library, the GPU driver or a kernel), not a Python error: "
         f"facts.crash_stack is where it was; rerun it with `python -X faulthandler {script}` to see it again",
     )
