@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ import pytest
 from envbuild import buildctx, validate
 from envbuild import plan as plan_mod
 from envbuild.project import open_project
-from envbuild.smoke.inside import compiled, perf, report, usercheck
+from envbuild.smoke.inside import compiled, cxxlink, perf, report, usercheck
 from envbuild.smoke.inside.core import CheckFailed, Context, Result, Skip
 from tests.conftest import Result as CliResult
 
@@ -32,6 +33,7 @@ def test_a_profile_that_opts_out_skips_the_compile_check_with_its_reason() -> No
 
 TOOLS = {
     "cxx": "/usr/bin/g++",
+    "libstdcxx": {"linkage": "shared", "needed": ["libstdc++.so.6", "libc.so.6"]},
     "cc": "/usr/bin/gcc",
     "python_headers": True,
     "ninja": "/usr/bin/ninja",
@@ -66,6 +68,68 @@ def test_a_complete_toolchain_is_no_problem_and_the_triton_cache_only_matters_on
     assert compiled._toolchain_problem({**TOOLS, "triton_cache_writable": False}, gpu=False) is None
     # an interpreter on the host is checked for torch.compile, which does not use ninja
     assert compiled._toolchain_problem({**TOOLS, "ninja": None}, gpu=False, image=False) is None
+
+
+def test_a_compiler_that_links_libstdcxx_statically_is_refused_with_the_compiler_to_use() -> None:
+    # The H200 host's /opt/gcc g++ had libstdc++.a only: every AOTInductor package it built died
+    # with SIGSEGV on load next to torch's shared libstdc++, while torch.compile itself ran.
+    static = {**TOOLS, "cxx": "/opt/gcc/bin/g++", "libstdcxx": {"linkage": "static", "needed": ["libc.so.6"]}}
+    found = compiled._toolchain_problem(static, gpu=False, image=False)
+    assert found is not None
+    assert "/opt/gcc/bin/g++ links libstdc++ statically" in found[0] and "AOTInductor" in found[0]
+    assert "/usr/bin/g++" in found[1] and "CXX" in found[1]
+    unknown = {**TOOLS, "libstdcxx": {"linkage": "unknown", "why": "no space left"}}
+    assert compiled._toolchain_problem(unknown, gpu=False) is None  # not proven broken: the compile run decides
+
+
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ (CI installs it with the e2e toolchain)")
+
+
+@needs_gxx
+def test_the_system_gxx_builds_shared_objects_that_need_the_shared_libstdcxx() -> None:
+    found = cxxlink.libstdcxx_linkage(str(GXX))
+    assert found["linkage"] == "shared", found
+    assert any(str(lib).startswith("libstdc++.so") for lib in found["needed"])  # type: ignore[attr-defined]
+
+
+@needs_gxx
+def test_a_compiler_whose_output_carries_libstdcxx_is_found_static(tmp_path: Path) -> None:
+    # A real compiler that links the way a libstdc++.a-only toolchain does.
+    wrapper = tmp_path / "g++-static"
+    wrapper.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -shared "*) exec {GXX} -static-libstdc++ "$@";; esac\nexec {GXX} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    found = cxxlink.libstdcxx_linkage(str(wrapper))
+    assert found["linkage"] == "static", found
+    assert not any(str(lib).startswith("libstdc++") for lib in found["needed"])  # type: ignore[attr-defined]
+    assert compiled._toolchain_problem({**TOOLS, "cxx": str(wrapper), "libstdcxx": found}, gpu=False) is not None
+
+
+def test_a_compiler_that_fails_or_output_that_is_not_elf_is_unknown_not_static(tmp_path: Path) -> None:
+    broken = tmp_path / "cxx"
+    broken.write_text("#!/bin/sh\necho 'cc1plus: out of memory' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    found = cxxlink.libstdcxx_linkage(str(broken))
+    assert found["linkage"] == "unknown" and "out of memory" in str(found["why"])
+    assert cxxlink.libstdcxx_linkage(str(tmp_path / "absent"))["linkage"] == "unknown"
+    text = tmp_path / "x.so"
+    text.write_text("not an ELF file")
+    with pytest.raises(ValueError, match="not a 64-bit little-endian ELF"):
+        cxxlink.needed_libraries(str(text))
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="compares with binutils' readelf")
+def test_needed_libraries_agrees_with_readelf_on_a_real_shared_object() -> None:
+    import _ctypes
+    import re
+    import subprocess
+
+    path = str(_ctypes.__file__)
+    dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    expected = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+    assert expected and cxxlink.needed_libraries(path) == expected
 
 
 @pytest.mark.parametrize(

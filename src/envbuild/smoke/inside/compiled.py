@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from .core import CheckFailed, Context, Result, Skip, _public
+from .cxxlink import libstdcxx_linkage
 
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}  # fp32 kernels fused differently: not bit-equal, but close
 
@@ -46,8 +47,10 @@ def _toolchain() -> dict[str, Any]:
         tempfile.gettempdir(), "torchinductor_" + (os.environ.get("USER") or str(os.getuid()))
     )
     triton_cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
     return {
-        "cxx": shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++"),
+        "cxx": cxx,
+        "libstdcxx": libstdcxx_linkage(cxx) if cxx else None,
         "cc": shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc"),
         "python_headers": os.path.isfile(os.path.join(include, "Python.h")),
         "ninja": shutil.which("ninja"),
@@ -68,6 +71,14 @@ def _toolchain_problem(tools: dict[str, Any], gpu: bool, *, image: bool = True) 
             "no C++ compiler (g++): inductor compiles its CPU kernels with one",
             f"keep the profile's compile toolchain (compile: true installs g++, ninja-build and python{py}-dev), "
             "or add g++ to apt",
+        )
+    if (tools.get("libstdcxx") or {}).get("linkage") == "static":
+        return (
+            f"the C++ compiler {tools['cxx']} links libstdc++ statically into the shared objects it builds: "
+            "loaded next to torch's shared libstdc++, what it builds for torch (an AOTInductor package, a C++ "
+            "extension) crashes with SIGSEGV in std::regex or std::locale",
+            "point CXX and CC at a compiler that links libstdc++ shared (Debian's or Ubuntu's g++ package: "
+            "/usr/bin/g++), or install its shared libstdc++ (libstdc++-N-dev)",
         )
     if not tools["python_headers"]:
         return (
@@ -107,10 +118,30 @@ def _diagnose(exc: BaseException) -> str:
     return "see facts.error"
 
 
+def _vec_isa() -> dict[str, Any]:
+    """inductor's choice of the CPU's vector instructions, timed apart from the first compile. The
+    choice compiles and loads one probe per candidate the CPU has; it is cached in the inductor
+    cache folder, so it is paid once per folder (each fresh container, unless the folder is kept),
+    and it took 47-56 s of a first CPU compile on a 16-CPU AMX host (docs/GPU-SMOKE.md)."""
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+    except ImportError:
+        try:  # before torch 2.5 it lived in codecache
+            from torch._inductor.codecache import pick_vec_isa
+        except ImportError:
+            return {}
+    t0 = time.monotonic()
+    try:
+        isa = str(pick_vec_isa()) or "none"
+    except Exception as exc:  # an internal API: its failure is a fact, not the check's verdict
+        return {"vec_isa_error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return {"vec_isa": isa, "vec_isa_probe_s": round(time.monotonic() - t0, 2)}
+
+
 def _compiled_run(torch: Any, device: str) -> dict[str, Any]:
     model = _model(torch, device)
     compiled = torch.compile(model)
-    out: dict[str, Any] = {"device": device}
+    out: dict[str, Any] = {"device": device, **(_vec_isa() if device == "cpu" else {})}
     for label, batch in (("first", 16), ("second", 24)):  # a second shape: a recompile or a dynamic kernel
         x = torch.randn(batch, 32, device=device)
         t0 = time.monotonic()
@@ -158,6 +189,8 @@ def check_compile(ctx: Context, r: Result) -> None:
             r.facts["error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
             raise CheckFailed(f"{device}: torch.compile failed ({type(exc).__name__})", _diagnose(exc)) from exc
     r.facts.update(runs=runs, first_call_s=runs[0]["first_call_s"])
+    if "vec_isa_probe_s" in runs[0]:
+        r.facts["vec_isa_probe_s"] = runs[0]["vec_isa_probe_s"]
 
 
 def check_export(ctx: Context, r: Result) -> None:

@@ -108,6 +108,7 @@ SUMMARY_FACTS = (
     "driver",
     "device",
     "first_call_s",
+    "vec_isa_probe_s",
     "format",
     "onnx",
     "cpu_fp32_gflops",
