@@ -211,8 +211,22 @@ def test_a_project_script_that_crashes_in_native_code_names_the_signal_and_where
     assert failed.value.reason.startswith("mine.py crashed with SIGSEGV (signal 11) in ")
     assert failed.value.reason.endswith(" in string_at (from mine.py, line 4 in load_package)")
     assert "python -X faulthandler mine.py" in failed.value.remedy
+    assert failed.value.remedy.startswith("a crash in native code") and "libstdc++" not in failed.value.remedy
     assert r.facts["signal"] == "SIGSEGV"
     assert [f.split(", ")[-1] for f in r.facts["crash_stack"][-2:]] == ["line 4 in load_package", "line 5 in <module>"]
+
+
+def test_a_crash_while_loading_an_aoti_package_points_at_the_compiler_that_built_it(tmp_path: Path) -> None:
+    # The frame torch 2.11's aoti_load_package died in on the H200 (docs/GPU-SMOKE.md).
+    text = "import ctypes\ndef _load_aoti():\n    ctypes.string_at(0)\n_load_aoti()\n"
+    r = Result("check:serve.py")
+    script = {**_script(tmp_path, text), "file": "serve.py"}
+    with pytest.raises(CheckFailed) as failed:
+        usercheck.run_script(_ctx(expect_path=str(tmp_path / "expect.json")), r, script)
+    assert failed.value.reason.startswith("serve.py crashed with SIGSEGV")
+    remedy = failed.value.remedy
+    assert remedy.startswith("it died loading code compiled on this machine (an AOTInductor package")
+    assert "links libstdc++ statically" in remedy and "/usr/bin/g++" in remedy and "-X faulthandler" in remedy
 
 
 def test_a_project_script_killed_outright_is_named_as_the_likely_out_of_memory_kill(tmp_path: Path) -> None:

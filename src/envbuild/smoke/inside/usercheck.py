@@ -14,6 +14,9 @@ from .core import CheckFailed, Context, Result
 
 TAIL_LINES = 20
 CRASH_FRAMES = 12
+# Python frames that load a shared object built on this machine: a native crash under one of
+# them is, first of all, suspect of the compiler that built it (docs/GPU-SMOKE.md, 2026-12-04).
+LOADS_LOCAL_BUILDS = (" in _load_aoti", " in aoti_load_package", "cpp_extension.py")
 
 
 def _tail(text: str) -> list[str]:
@@ -61,11 +64,19 @@ def _killed(script: str, path: str, code: int, stderr: str, r: Result) -> CheckF
             f"{script} was killed (SIGKILL): most often the kernel's out-of-memory killer",
             "give it more memory (the container's --memory limit, or the host's), or make the script use less",
         )
-    return CheckFailed(
-        f"{script} crashed with {name} (signal {-code}){_where(stack, path)}",
+    remedy = (
         "a crash in native code (a compiled library, the GPU driver or a kernel), not a Python error: "
-        f"facts.crash_stack is where it was; rerun it with `python -X faulthandler {script}` to see it again",
+        f"facts.crash_stack is where it was; rerun it with `python -X faulthandler {script}` to see it again"
     )
+    if any(marker in frame for frame in stack for marker in LOADS_LOCAL_BUILDS):
+        remedy = (
+            "it died loading code compiled on this machine (an AOTInductor package or a C++ extension): "
+            "most often a C++ compiler that links libstdc++ statically, which the compile check names "
+            "(facts.toolchain.libstdcxx); build with CXX pointing at a g++ that links it shared (/usr/bin/g++). "
+            + remedy[0].upper()
+            + remedy[1:]
+        )
+    return CheckFailed(f"{script} crashed with {name} (signal {-code}){_where(stack, path)}", remedy)
 
 
 def run_script(ctx: Context, r: Result, script: dict[str, Any]) -> None:
