@@ -12,6 +12,7 @@ from envbuild import compat, validate
 from envbuild.errors import EngineUnavailable
 from envbuild.profile import Profile
 from envbuild.project import Project
+from envbuild.smoke.inside.cxxlink import libstdcxx_linkage
 from envbuild.smoke.inside.gpu import arch_covers, driver_verdict, driver_version
 
 
@@ -32,6 +33,7 @@ class HostReport:
     rocm_devices: list[str] = field(default_factory=list)
     nvidia_runtime: bool = False
     shm_bytes: int | None = None
+    cxx: dict[str, Any] = field(default_factory=dict)  # the host's C++ compiler, for venv + smoke --local
     notes: list[str] = field(default_factory=list)
     profiles: list[dict[str, Any]] = field(default_factory=list)
     network: list[dict[str, Any]] = field(default_factory=list)
@@ -98,6 +100,14 @@ def inspect_host() -> HostReport:
         report.shm_bytes = st.f_frsize * st.f_blocks
     except OSError:
         report.shm_bytes = None
+    report.cxx = _cxx()
+    if report.cxx.get("linkage") == "static":
+        report.notes.append(
+            f"the C++ compiler {report.cxx['path']} links libstdc++ statically: what it builds for torch in an "
+            "environment on this host (an AOTInductor package, a C++ extension) crashes when loaded next to "
+            "torch; set CXX and CC to a g++ that links it shared (/usr/bin/g++). Images are not affected: "
+            "they carry Debian's g++"
+        )
     if not report.gpus and not report.rocm_devices:
         report.notes.append("no GPU on this host: only CPU profiles can run here")
     if report.gpus and not report.nvidia_runtime:
@@ -106,6 +116,13 @@ def inspect_host() -> HostReport:
             "(install the NVIDIA container toolkit)"
         )
     return report
+
+
+def _cxx() -> dict[str, Any]:
+    """The compiler inductor and cpp_extension would use in an environment on this host (CXX, else
+    g++), judged by what it builds: the compile check's own test."""
+    path = shutil.which(os.environ.get("CXX", "g++"))
+    return {"path": path, **libstdcxx_linkage(path)} if path else {}
 
 
 def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ smoke test makes inside the image (driver floors, architecture coverage), and mu
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,27 @@ def test_the_registry_of_a_base_image() -> None:
     assert registry_url("nvidia/cuda:12.1.0-devel") == "https://registry-1.docker.io/v2/"
     assert registry_url("ghcr.io/acme/base:1") == "https://ghcr.io/v2/"
     assert registry_url("localhost:5000/base") == "https://localhost:5000/v2/"
+
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (CI installs it)")
+
+
+@needs_gxx
+def test_the_hosts_compiler_is_judged_by_what_it_builds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CXX", "g++")
+    cxx = doctor._cxx()
+    assert cxx["path"] == shutil.which("g++") and cxx["linkage"] == "shared"
+    # A real compiler that links the way a libstdc++.a-only toolchain does (the H200 host's /opt/gcc).
+    static = tmp_path / "g++"
+    static.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} -static-libstdc++ "$@"\n')
+    static.chmod(0o755)
+    monkeypatch.setenv("CXX", str(static))
+    report = doctor.inspect_host()
+    assert report.cxx["linkage"] == "static"
+    note = next(n for n in report.notes if "links libstdc++ statically" in n)
+    assert str(static) in note and "AOTInductor" in note and "/usr/bin/g++" in note
+
+
+def test_a_host_without_a_compiler_has_no_compiler_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    assert doctor._cxx() == {}

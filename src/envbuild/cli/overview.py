@@ -195,6 +195,13 @@ def doctor(
     con.print(f"NVIDIA container runtime: {'yes' if report.nvidia_runtime else 'no'}")
     shm = f"{report.shm_bytes // 2**20} MiB" if report.shm_bytes else "unknown"
     con.print(f"shared memory (/dev/shm): {shm}")
+    cxx = report.cxx
+    con.print(
+        f"C++ compiler: {cxx['path']}, libstdc++ linked {cxx['linkage']}"
+        + (f" ({cxx['why']})" if cxx.get("why") else "")
+        if cxx
+        else "C++ compiler: none (torch.compile on the CPU needs g++ in an environment on this host)"
+    )
     for note in report.notes:
         con.print(f"note: {note}")
     for net in report.network:
