@@ -37,6 +37,11 @@ def test_the_build_smoke_report_has_compile_export_perf_and_the_project_check(bu
     compiled = _check(report, "compile")
     assert compiled["status"] == "pass" and compiled["facts"]["first_call_s"] > 0
     assert compiled["facts"]["toolchain"]["cxx"] and compiled["facts"]["toolchain"]["python_headers"]
+    # Debian's g++ links libstdc++ shared, so what it builds loads next to torch (the H200 host's
+    # compiler did not, and its AOTInductor packages crashed: docs/GPU-SMOKE.md)
+    assert compiled["facts"]["toolchain"]["libstdcxx"]["linkage"] == "shared"
+    assert "libstdc++.so.6" in compiled["facts"]["toolchain"]["libstdcxx"]["needed"]
+    assert compiled["facts"]["vec_isa_probe_s"] >= 0 and compiled["facts"]["runs"][0]["vec_isa"]
     export = _check(report, "export")
     assert export["status"] == "pass" and export["facts"]["format"] == "torch.export"
     assert export["facts"]["onnx"].startswith("skip: onnx is not in the lockfile")
@@ -75,7 +80,8 @@ def test_a_small_gpt_trains_compiled_and_exports_for_serving_in_the_image(
 ) -> None:
     """checks/train_gpt.py, as the image's user: torch.compile of a whole training step, bf16
     autocast, SDPA, a checkpoint, torch.export and an AOTInductor package loaded back and run (on
-    the lent H200 the package's load crashed in a host install: docs/GPU-SMOKE.md)."""
+    the lent H200 the package's load crashed in a host install whose compiler linked libstdc++
+    statically: docs/GPU-SMOKE.md)."""
     script = (Path(__file__).parents[2] / "checks" / "train_gpt.py").read_text()
     out = _run(docker_client, built_cpu["image_id"], "python", "-c", script)
     summary = json.loads(out.strip().splitlines()[-1])
