@@ -103,10 +103,9 @@ def inspect_host() -> HostReport:
     report.cxx = _cxx()
     if report.cxx.get("linkage") == "static":
         report.notes.append(
-            f"the C++ compiler {report.cxx['path']} links libstdc++ statically: what it builds for torch in an "
-            "environment on this host (an AOTInductor package, a C++ extension) crashes when loaded next to "
-            "torch; set CXX and CC to a g++ that links it shared (/usr/bin/g++). Images are not affected: "
-            "they carry Debian's g++"
+            f"the C++ compiler {report.cxx['path']} links libstdc++ statically: in an environment on this host, "
+            "an AOTInductor package it builds crashes on load next to torch (and a C++ extension can); set CXX "
+            "and CC to a g++ that links it shared (/usr/bin/g++). Images are not affected: they carry Debian's g++"
         )
     if not report.gpus and not report.rocm_devices:
         report.notes.append("no GPU on this host: only CPU profiles can run here")

@@ -75,8 +75,8 @@ def _toolchain_problem(tools: dict[str, Any], gpu: bool, *, image: bool = True) 
     if (tools.get("libstdcxx") or {}).get("linkage") == "static":
         return (
             f"the C++ compiler {tools['cxx']} links libstdc++ statically into the shared objects it builds: "
-            "loaded next to torch's shared libstdc++, what it builds for torch (an AOTInductor package, a C++ "
-            "extension) crashes with SIGSEGV in std::regex or std::locale",
+            "next to torch's shared libstdc++, an AOTInductor package it builds crashes on load (SIGSEGV in "
+            "std::regex), and a C++ extension that uses locales or regexes can crash too",
             "point CXX and CC at a compiler that links libstdc++ shared (Debian's or Ubuntu's g++ package: "
             "/usr/bin/g++), or install its shared libstdc++ (libstdc++-N-dev)",
         )

@@ -71,10 +71,9 @@ def _killed(script: str, path: str, code: int, stderr: str, r: Result) -> CheckF
     if any(marker in frame for frame in stack for marker in LOADS_LOCAL_BUILDS):
         remedy = (
             "it died loading code compiled on this machine (an AOTInductor package or a C++ extension): "
-            "most often a C++ compiler that links libstdc++ statically, which the compile check names "
-            "(facts.toolchain.libstdcxx); build with CXX pointing at a g++ that links it shared (/usr/bin/g++). "
-            + remedy[0].upper()
-            + remedy[1:]
+            "one known cause is a C++ compiler that links libstdc++ statically, which the compile check tests "
+            "(facts.toolchain.libstdcxx); if so, build with CXX pointing at a g++ that links it shared "
+            "(/usr/bin/g++). " + remedy[0].upper() + remedy[1:]
         )
     return CheckFailed(f"{script} crashed with {name} (signal {-code}){_where(stack, path)}", remedy)
 
