@@ -12,7 +12,7 @@ from envbuild import compat, validate
 from envbuild.errors import EngineUnavailable
 from envbuild.profile import Profile
 from envbuild.project import Project
-from envbuild.smoke.inside.cxxlink import libstdcxx_linkage
+from envbuild.smoke.inside.cxxlink import libstdcxx_linkage, static_problem
 from envbuild.smoke.inside.gpu import arch_covers, driver_verdict, driver_version
 
 
@@ -102,11 +102,8 @@ def inspect_host() -> HostReport:
         report.shm_bytes = None
     report.cxx = _cxx()
     if report.cxx.get("linkage") == "static":
-        report.notes.append(
-            f"the C++ compiler {report.cxx['path']} links libstdc++ statically: in an environment on this host, "
-            "an AOTInductor package it builds crashes on load next to torch (and a C++ extension can); set CXX "
-            "and CC to a g++ that links it shared (/usr/bin/g++). Images are not affected: they carry Debian's g++"
-        )
+        reason, fix = static_problem(report.cxx["path"])
+        report.notes.append(f"{reason}; {fix}. Images are not affected: they carry Debian's g++")
     if not report.gpus and not report.rocm_devices:
         report.notes.append("no GPU on this host: only CPU profiles can run here")
     if report.gpus and not report.nvidia_runtime:

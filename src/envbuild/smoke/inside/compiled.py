@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from .core import CheckFailed, Context, Result, Skip, _public
-from .cxxlink import libstdcxx_linkage
+from .cxxlink import find_cxx, libstdcxx_linkage, static_problem
 
 TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}  # fp32 kernels fused differently: not bit-equal, but close
 
@@ -47,7 +47,7 @@ def _toolchain() -> dict[str, Any]:
         tempfile.gettempdir(), "torchinductor_" + (os.environ.get("USER") or str(os.getuid()))
     )
     triton_cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
-    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    cxx = find_cxx()
     return {
         "cxx": cxx,
         "libstdcxx": libstdcxx_linkage(cxx) if cxx else None,
@@ -73,13 +73,7 @@ def _toolchain_problem(tools: dict[str, Any], gpu: bool, *, image: bool = True) 
             "or add g++ to apt",
         )
     if (tools.get("libstdcxx") or {}).get("linkage") == "static":
-        return (
-            f"the C++ compiler {tools['cxx']} links libstdc++ statically into the shared objects it builds: "
-            "next to torch's shared libstdc++, an AOTInductor package it builds crashes on load (SIGSEGV in "
-            "std::regex), and a C++ extension that uses locales or regexes can crash too",
-            "point CXX and CC at a compiler that links libstdc++ shared (Debian's or Ubuntu's g++ package: "
-            "/usr/bin/g++), or install its shared libstdc++ (libstdc++-N-dev)",
-        )
+        return static_problem(tools["cxx"])
     if not tools["python_headers"]:
         return (
             f"no Python headers (Python.h) for Python {py}",

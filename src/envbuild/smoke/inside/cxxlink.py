@@ -14,6 +14,7 @@ Runs inside images whose Python may be 3.8: stdlib only.
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -29,6 +30,22 @@ extern "C" int envbuild_probe(int n) {
 """
 SHARED_RUNTIMES = ("libstdc++.so", "libc++.so")
 DT_NEEDED, SHT_DYNAMIC = 1, 6
+
+
+def find_cxx() -> str | None:
+    """The C++ compiler the compile check hands inductor: CXX, else g++, else c++."""
+    return shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+
+
+def static_problem(cxx: str) -> tuple[str, str]:
+    """What a compiler that links libstdc++ statically breaks, and the fix: (reason, remedy)."""
+    return (
+        f"the C++ compiler {cxx} links libstdc++ statically into the shared objects it builds: "
+        "next to torch's shared libstdc++, an AOTInductor package it builds crashes on load (SIGSEGV in "
+        "std::regex), and a C++ extension that uses locales or regexes can crash too",
+        "point CXX and CC at a compiler that links libstdc++ shared (Debian's or Ubuntu's g++ package: "
+        "/usr/bin/g++), or install its shared libstdc++ (libstdc++-N-dev)",
+    )
 
 
 def needed_libraries(path: str) -> list[str]:
