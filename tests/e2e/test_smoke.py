@@ -174,6 +174,43 @@ def test_smoke_name_tests_the_image_its_tag_points_at(
                 docker_client.images.remove(ref, noprune=True)
 
 
+def test_only_runs_the_named_checks_and_keeps_the_whole_runs_report(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    kept = e2e_project / ".envbuild" / "cpu-py311" / "smoke.json"  # the build's whole run
+    before = kept.read_bytes()
+    out = tmp_path / "only.json"
+    # a project check named as the profile lists it (checks/train_tiny.py)
+    res = envbuild(
+        "smoke",
+        "cpu-py311",
+        "--only",
+        "versions",
+        "--only",
+        "check:checks/train_tiny.py",
+        "--tag",
+        repo_name,
+        "--json",
+        str(out),
+        cwd=e2e_project,
+        env={"COLUMNS": "200"},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    # the labels check still holds the image's labels to what ran
+    assert [c["name"] for c in report["checks"]] == ["versions", "check:train_tiny.py", "labels"]
+    assert report["passed"] and report["only"] == ["check:checks/train_tiny.py", "versions"]
+    assert "not the whole smoke test" in res.stdout
+    assert kept.read_bytes() == before, "a run of some checks replaced the report of the whole smoke test"
+    # a script the image was not built with is a failed check that names the ones it has
+    res = envbuild(
+        "smoke", "cpu-py311", "--only", "check:nope.py", "--tag", repo_name, "--json", str(out), cwd=e2e_project
+    )
+    assert res.returncode == 1
+    missing = _check(json.loads(out.read_text()), "check:nope.py")
+    assert missing["status"] == "fail" and "check:train_tiny.py" in missing["remedy"]
+
+
 def test_tiny_dev_shm_is_reported_with_the_remedy(docker_client: Any, built_cpu: dict[str, Any]) -> None:
     report = host.run_in_image(docker_client, built_cpu["image_id"], gpus="none", accelerator="cpu", shm_size="1m")
     loader = _check(report, "dataloader")

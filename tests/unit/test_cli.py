@@ -602,3 +602,19 @@ def test_a_current_folder_deleted_under_the_shell_is_a_usage_error(
         res = cli(*args)
         assert res.code == 2, (args, res.err)
         assert "the current folder no longer exists" in res.err and "--project DIR" in res.err
+
+
+@pytest.mark.parametrize(
+    ("args", "fix"),
+    [
+        (["cpu-py311", "--only", "dpp"], "fix: envbuild smoke cpu-py311 --only ddp"),
+        (["--local", "cpu-py311", "--only", "labels"], "fix: envbuild smoke --local cpu-py311 --only"),
+        (["cpu-py311", "--only", "check:"], "fix: envbuild smoke cpu-py311 --only"),
+    ],
+)
+def test_smoke_only_with_a_name_that_is_no_check_is_refused_before_anything_runs(
+    cli: Cli, project: Path, args: list[str], fix: str
+) -> None:
+    res = cli("smoke", *args, "--project", str(project))
+    assert res.code == 2, res.err
+    assert "no such check; the checks are versions, integrity" in res.err and fix in res.err

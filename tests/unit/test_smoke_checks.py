@@ -1045,3 +1045,19 @@ def test_every_library_an_extension_module_lacks_is_named_at_once_but_not_what_t
     assert imports._unresolved("fakepkg") == ["libGLstandin.so.1"]
     remedy = imports._remedy("ImportError: libGLstandin.so.1: cannot open shared object file", "x", "fakepkg")
     assert remedy.startswith("the image lacks the OS library libGLstandin.so.1: add the Debian package that has")
+
+
+def test_only_runs_the_named_checks_and_a_name_it_has_not_fails_the_run(tmp_path: Path) -> None:
+    """`smoke --only`: a project check named as the profile lists it runs alone; a name the
+    environment has no check for is a failed check that lists the real ones, never a run that
+    checked nothing and passed."""
+    script = tmp_path / "ok.py"
+    script.write_text("print('trained')\n")
+    ctx = _ctx({"checks": [{"file": "ok.py", "path": str(script)}]})
+    ran = report.run(ctx, ["check:checks/ok.py"])
+    assert [c["name"] for c in ran["checks"]] == ["check:ok.py"]
+    assert ran["passed"] and ran["only"] == ["check:checks/ok.py"]
+    assert "(only check:checks/ok.py: not the whole smoke test)" in report.table(ran)
+    ran = report.run(ctx, ["check:other.py"])
+    assert not ran["passed"] and ran["failed"] == ["check:other.py"]
+    assert ran["checks"][0]["remedy"].endswith("perf, check:ok.py")

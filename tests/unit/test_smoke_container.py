@@ -40,6 +40,10 @@ def test_the_container_starts_the_host_copy_first_on_the_path_under_the_engines_
     assert kwargs["environment"]["PYTHONPATH"] == f"{container.HOST_SMOKE_DIR}:/app/src"
     assert kwargs["shm_size"] == "2g"
     assert container.is_smoke_command(command)
+    only, _ = container.settings(
+        inspected, "none", 120, min_peak=None, lock_match=None, ipc_host=False, shm_size=None, only=["ddp", "amp"]
+    )
+    assert only[-4:] == ["--only", "ddp", "--only", "amp"]  # `smoke --only`: the same checks as typed
     assert container.is_smoke_command(["envbuild-smoke", "--json", "-"])  # an earlier envbuild's
     assert not container.is_smoke_command(["true"])
 

@@ -33,6 +33,7 @@ def _check_positive_seconds(option: str, value: float, example: int) -> None:
 
 def _print_smoke(report: dict[str, Any], con: Any) -> None:
     from envbuild.smoke.inside.report import detail as check_detail
+    from envbuild.smoke.inside.report import only_note
 
     rows = []
     for c in report["checks"]:
@@ -47,7 +48,7 @@ def _print_smoke(report: dict[str, Any], con: Any) -> None:
     ref, image = report.get("ref"), report.get("image", "")
     # an image named by its id is shown once, short
     tested = f" ({ref}, {image[:19]})" if ref and ref != image else f" ({image[:19]})" if ref else ""
-    con.print(output.styled("smoke ", verdict, f"{failed} in {report['seconds']:.1f}s{tested}"))
+    con.print(output.styled("smoke ", verdict, f"{failed} in {report['seconds']:.1f}s{tested}{only_note(report)}"))
 
 
 @app.command()
@@ -188,6 +189,14 @@ def smoke(
         float | None,
         typer.Option(help="Fail the perf check when a GPU measures under this % of its datasheet peak."),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            help="Run only this check (repeatable): versions, ddp, compile, ..., or check:FILE for a profile's own.",
+            show_default=False,
+        ),
+    ] = None,
     tag: RepoOpt = None,
     project: ProjectOpt = None,
 ) -> None:
@@ -195,20 +204,20 @@ def smoke(
     from envbuild import hostgpu
     from envbuild.errors import SmokeFailed, UsageError
     from envbuild.names import SMOKE_SHM_SIZE
-    from envbuild.smoke import host
+    from envbuild.smoke import host, options
 
     _check_positive_seconds("--timeout", timeout, 600)
-    if lock_match is not None and lock_match not in {"exact", "pins", "none"}:
-        raise UsageError(
-            f"--lock-match {lock_match!r}: use exact, pins or none", hint="e.g. envbuild smoke IMAGE --lock-match pins"
-        )
-    if min_peak is not None and not 0 < min_peak <= 100:
-        raise UsageError(
-            f"--min-peak {min_peak:g}: a percentage of the datasheet peak, 0-100", hint="e.g. --min-peak 60"
-        )
     refs.check("--tag", tag, "repository")
-    _check_smoke_mode(
-        local, target, python=python, lock_match=lock_match, shm_size=shm_size, ipc_host=ipc_host, tag=tag
+    options.check(
+        local,
+        target,
+        python=python,
+        lock_match=lock_match,
+        min_peak=min_peak,
+        shm_size=shm_size,
+        ipc_host=ipc_host,
+        tag=tag,
+        only=only or [],
     )
     hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {target or 'NAME'}")
     check_python(python)
@@ -237,6 +246,7 @@ def smoke(
             timeout=timeout,
             lock_match="pins" if lock_match is None else lock_match,
             min_peak=min_peak,
+            only=only or (),
         )
     else:
         if target is None:
@@ -252,6 +262,7 @@ def smoke(
             ipc_host=ipc_host,
             min_peak=min_peak,
             lock_match=lock_match,
+            only=only or (),
         )
     _print_smoke(report, output.err() if to_stdout else output.out())
     if report.get("smoke_record") == "altered":
@@ -265,40 +276,6 @@ def smoke(
         host.save_report(json_file, report)
     if not report["passed"]:
         raise SmokeFailed(f"smoke failed: {', '.join(report['failed'])}")
-
-
-def _check_smoke_mode(
-    local: bool,
-    target: str | None,
-    *,
-    python: str | None,
-    lock_match: str | None,
-    shm_size: str | None,
-    ipc_host: bool,
-    tag: str | None,
-) -> None:
-    """Options of the other mode would be ignored silently, and the user would believe they took effect."""
-    from envbuild.errors import UsageError
-
-    name = target or "NAME"
-    if not local:
-        # --lock-match does go with an image: `pins` checks a derived image (FROM it + pip install)
-        for option, value, why in (("--python", python, "an image runs its own interpreter"),):
-            if value is not None:
-                raise UsageError(
-                    f"{option} goes with --local: {why}", hint=f"envbuild smoke --local {name} {option} {value}"
-                )
-        return
-    for option, shown in (
-        ("--shm-size", None if shm_size is None else f"--shm-size {shm_size}"),
-        ("--ipc-host", "--ipc-host" if ipc_host else None),
-        ("--tag", None if tag is None else f"--tag {tag}"),
-    ):
-        if shown:
-            raise UsageError(
-                f"{option} is for a run in a container; --local runs here, with this host's /dev/shm and no image",
-                hint=f"envbuild smoke {name} {shown} (without --local)",
-            )
 
 
 @app.command()

@@ -4,6 +4,7 @@ environment, with the GPUs the accelerator needs."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from envbuild import buildctx
@@ -64,6 +65,7 @@ def settings(
     lock_match: str | None,
     ipc_host: bool,
     shm_size: str | None,
+    only: Sequence[str] = (),
 ) -> tuple[list[str], dict[str, Any]]:
     """(command, create() arguments) of a smoke container, GPUs aside."""
     command = [*_HEAD, "--json", "-", "--gpus", gpus, "--timeout", str(check_timeout)]
@@ -71,12 +73,18 @@ def settings(
         command += ["--min-peak", str(min_peak)]
     if lock_match is not None:
         command += ["--lock-match", lock_match]
+    command += only_args(only)
     kwargs = with_host_smoke(inspected)
     if ipc_host:
         kwargs["ipc_mode"] = "host"
     elif shm_size:
         kwargs["shm_size"] = shm_size
     return command, kwargs
+
+
+def only_args(only: Sequence[str]) -> list[str]:
+    """envbuild-smoke's arguments for `--only`, in a container or an interpreter here."""
+    return [arg for name in only for arg in ("--only", name)]
 
 
 def smoke_first(own: str, theirs: str) -> str:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from envbuild.project import Project
 from envbuild.smoke import container as smoke_container
 from envbuild.smoke import labels as labels_check
 from envbuild.smoke.inside.core import GPU_REFUSED_ENV
+from envbuild.smoke.options import LOCK_MATCHES
 
 STALE_AFTER_S = 600.0
 
@@ -98,6 +100,7 @@ def run_in_image(
     min_peak: float | None = None,
     lock_match: str | None = None,
     shown: str | None = None,
+    only: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run envbuild-smoke in a fresh container; the container is always removed.
 
@@ -109,7 +112,14 @@ def run_in_image(
     if not labels.get(LABEL_PROFILE):
         raise smoke_container.not_envbuild(shown or image)
     command, kwargs = smoke_container.settings(
-        inspected, gpus, check_timeout, min_peak=min_peak, lock_match=lock_match, ipc_host=ipc_host, shm_size=shm_size
+        inspected,
+        gpus,
+        check_timeout,
+        min_peak=min_peak,
+        lock_match=lock_match,
+        ipc_host=ipc_host,
+        shm_size=shm_size,
+        only=only,
     )
     sweep_stale(cli)
     gpu_kwargs = smoke_container.gpu_kwargs(accelerator, gpus)
@@ -181,6 +191,7 @@ def run_local(
     wall_timeout: float = 1800.0,
     checks: dict[str, str] | None = None,
     min_peak: float | None = None,
+    only: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The same checks in an interpreter on this machine (GPU hosts, lockfile-only CI jobs): the
     package the images carry, copied to a temporary folder, so that interpreter needs no envbuild."""
@@ -210,6 +221,7 @@ def run_local(
             lock_match,
             "--local",
             *(["--min-peak", str(min_peak)] if min_peak is not None else []),
+            *smoke_container.only_args(only),
         ]
         try:
             # its own session: the DDP ranks and their forkserver are in that process group, so a
@@ -263,9 +275,10 @@ def smoke_profile_here(
     timeout: float = 600.0,
     lock_match: str = "pins",
     min_peak: float | None = None,
+    only: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`smoke --local NAME`: the profile's checks in an interpreter on this machine."""
-    if lock_match not in {"exact", "pins", "none"}:
+    if lock_match not in LOCK_MATCHES:
         raise UsageError(f"--lock-match {lock_match!r}: use exact, pins or none")
     plan = plan_mod.make(project, prof, strict=False)
     # `none` checks the interpreter against the profile alone: a GPU host's own torch install
@@ -280,6 +293,7 @@ def smoke_profile_here(
         timeout=min(timeout, 300),
         lock_match=lock_match,
         wall_timeout=timeout,
+        only=only,
     )
 
 
@@ -295,10 +309,12 @@ def smoke_image(
     ipc_host: bool = False,
     min_peak: float | None = None,
     lock_match: str | None = None,
+    only: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`smoke NAME|IMAGE`: a profile's image (as `build.profile_image` finds it) or any image.
 
-    A profile's report is also kept next to its build log, where `status` and a person look."""
+    A profile's report of a whole run is also kept next to its build log, where `status` and a
+    person look; a run of some checks (`only`) does not replace it."""
     check_gpus(gpus)
     if shm_size is not None and not ipc_host:
         check_shm_size(shm_size)
@@ -321,9 +337,10 @@ def smoke_image(
         shown=ref,
         min_peak=min_peak,
         lock_match=lock_match,
+        only=only,
     )
     report["ref"] = ref
-    if prof is not None:
+    if prof is not None and not only:
         save_report(project.work_dir(prof.name) / "smoke.json", report)
     return report
 
