@@ -44,6 +44,12 @@ class TorchRelease(_Strict):
         lo, hi = (_v(x) for x in self.python)
         return lo <= _v(python) <= hi
 
+    def on_pypi(self, python: str) -> bool:
+        """Whether PyPI has this release's wheels for `python`: the supported range and the extras
+        found there. A preview Python's wheels (3.15 for torch 2.13 and 2.14) are on the PyTorch
+        index alone."""
+        return self.python_ok(python) or python in self.python_pypi_extra
+
     def python_versions(self) -> list[str]:
         lo, hi = (_v(x) for x in self.python)
         return [f"3.{m}" for m in range(lo.minor, hi.minor + 1)]

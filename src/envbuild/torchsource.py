@@ -57,6 +57,8 @@ def torch_route(profile: Profile) -> tuple[str, str]:
     own wheel for the release is this build on every platform of the profile."""
     db = compat.load()
     row = db.release(profile.torch)
+    # A Python PyPI has no wheel for (a preview) is served by the PyTorch index alone.
+    has_wheel = row is not None and row.on_pypi(profile.python)
     on_pypi = (
         profile.accelerator == "cuda"
         and row is not None
@@ -66,7 +68,7 @@ def torch_route(profile: Profile) -> tuple[str, str]:
     # PyPI's aarch64 wheels are CPU builds: a CPU profile for aarch64 alone locks from PyPI. With
     # x86_64 as well it needs the CPU index, which serves both (PyPI's x86_64 wheel is CUDA).
     cpu_on_pypi = profile.accelerator == "cpu" and set(profile.platforms) == {"aarch64"}
-    if on_pypi or (cpu_on_pypi and db.pypi_platform_builds.aarch64 == "cpu"):
+    if has_wheel and (on_pypi or (cpu_on_pypi and db.pypi_platform_builds.aarch64 == "cpu")):
         return "pypi", PYPI_SIMPLE
     return "index", f"{TORCH_INDEX_ROOT}/{profile.build_tag}"
 

@@ -141,7 +141,8 @@ def _rule_python(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, ro
         return
     lo, hi = row.python
     if py in row.python_preview:
-        msg = f"Python {py} is a preview for torch {row.release}: upstream builds wheels but calls them experimental"
+        where = "" if row.on_pypi(py) else ", and only the PyTorch index has them (envbuild locks from there)"
+        msg = f"Python {py} is a preview for torch {row.release}: upstream calls its wheels experimental{where}"
         ld.add("warning", "python", msg, f'use python "{hi}" for a supported build', py)
         return
     if py in row.python_pypi_extra:

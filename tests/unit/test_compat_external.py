@@ -75,6 +75,25 @@ def test_python_3_15_is_a_preview_for_torch_2_13_and_2_14_not_an_error(write_pro
     assert any("Python 3.15 is a preview for torch 2.14" in w for w in _warnings(path))
 
 
+def test_a_preview_python_locks_from_the_pytorch_index_as_pypi_has_no_wheel_for_it(
+    write_profile: Callable[..., Path],
+) -> None:
+    # PyPI's torch 2.14.1 wheels are cp310-cp314 (uv: "we only found wheels for torch (v2.14.1) with
+    # the following Python ABI tags: cp310 ... cp314t"); the CUDA 13.0 build is PyPI's default, so a
+    # 3.15 profile was routed there and its lock could only fail.
+    data = {**VALID, "name": "cu130-py315", "cuda": "13.0", "python": "3.15", "torch": "2.14.1"}
+    data.update(numpy="2.2.6", torchvision=None, torchaudio=None, base="debian:trixie")
+    preview = Profile.model_validate({k: v for k, v in data.items() if v is not None})
+    assert torchsource.torch_route(preview) == ("index", "https://download.pytorch.org/whl/cu130")
+    supported = preview.model_copy(update={"name": "cu130-py314", "python": "3.14"})
+    assert torchsource.torch_route(supported) == ("pypi", "https://pypi.org/simple")
+    path = write_profile("cu130-py315", **data)
+    warning = next(w for w in _warnings(path) if "Python 3.15 is a preview for torch 2.14" in w)
+    assert "only the PyTorch index has them" in warning
+    # 2.5's Python 3.13 wheel is on PyPI (cp313), outside the range upstream supports
+    assert compat.load().release("2.5.1").on_pypi("3.13")  # type: ignore[union-attr]
+
+
 def test_cuda_12_9_for_torch_2_11_is_recorded_as_disputed(write_profile: Callable[..., Path]) -> None:
     # Cog's matrix lists 2.11.0+cu129 wheels; RELEASE.md and test-infra release/2.11 (2121ac63) do not.
     path = write_profile(
