@@ -3,6 +3,9 @@
 python scripts/refresh_compat.py          # update the PyPI-derived columns, print what changed
 python scripts/refresh_compat.py --check  # exit 1 when PyPI disagrees with the file
 
+Every torch release on PyPI is also held to its `auto` torchvision/torchaudio (a release there, not
+older than an earlier patch's): reported, never written, as the tables below are.
+
 Where download.pytorch.org or GitHub are reachable, the other tables are compared too (reported as
 a table of field, ours, theirs, source; never written: a person settles a disagreement):
 
@@ -17,8 +20,9 @@ import json
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from envbuild.compat_refresh import build_matrix, disagreements, index_listing, refresh
+from envbuild.compat_refresh import PYPI_JSON, build_matrix, companion_gaps, disagreements, index_listing, refresh
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "envbuild" / "data" / "compat.json"
 INDEX_ROOT = "https://download.pytorch.org/whl"
@@ -29,6 +33,11 @@ def _read(location: str) -> str:
         with urllib.request.urlopen(location, timeout=60) as resp:  # noqa: S310 - a URL the user named
             return str(resp.read().decode("utf-8"))
     return Path(location).read_text("utf-8")
+
+
+def _pypi_index(name: str) -> dict[str, Any]:
+    index: dict[str, Any] = json.loads(_read(PYPI_JSON.format(name=name)))
+    return index
 
 
 def main() -> int:
@@ -51,6 +60,8 @@ def main() -> int:
         minor, _, where = spec.partition("=")
         matrices[minor] = build_matrix(_read(where))
     table = disagreements(data, index=index, matrices=matrices)
+    if not args.skip_pypi:  # every torch release on PyPI gets `auto` companions that exist there
+        table += companion_gaps(data, {name: _pypi_index(name) for name in ("torch", "torchvision", "torchaudio")})
     if table:
         width = max(len(row[0]) for row in table)
         print(f"{'field':<{width}}  ours | theirs | source")

@@ -271,3 +271,47 @@ def disagreements(
         if matrix["python"] and sorted(matrix["python"]) != sorted(set(span)):
             out.append((f"{minor} python", ", ".join(span), ", ".join(matrix["python"]), f"test-infra release/{minor}"))
     return out
+
+
+def _published(releases: dict[str, Any]) -> set[Version]:
+    """The final releases that have files, from a PyPI JSON index's `releases`."""
+    out: set[Version] = set()
+    for v, files in releases.items():
+        try:
+            parsed = Version(v)
+        except InvalidVersion:
+            continue
+        if files and not parsed.is_prerelease:
+            out.add(parsed)
+    return out
+
+
+def companion_gaps(data: dict[str, Any], indexes: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """(field, ours, theirs, source) for each torch release on PyPI whose `auto` torchvision or
+    torchaudio is not a release there, or is older than the one an earlier patch of that minor
+    pairs with: torch 2.15.1 would get 0.29.1 by the patch-number rule, older than 2.15.0's 0.29.2,
+    until the data records its pair. `indexes`: PyPI's JSON index of torch, torchvision, torchaudio."""
+    from envbuild.compat import TorchRelease, torchaudio_for, torchvision_for
+
+    rows = {r["release"]: TorchRelease.model_validate(r) for r in data["torch"]}
+    out: list[tuple[str, str, str, str]] = []
+    torches = sorted(_published(indexes["torch"]["releases"]))
+    for name, pick in (("torchvision", torchvision_for), ("torchaudio", torchaudio_for)):
+        published = _published(indexes[name]["releases"])
+        floor: dict[str, tuple[Version, Version]] = {}  # minor: (its newest companion so far, that torch)
+        for torch in torches:
+            row = rows.get(f"{torch.major}.{torch.minor}")
+            if row is None:
+                continue
+            want = pick(row, str(torch))
+            found = sorted(v for v in published if v in SpecifierSet(f"=={want}"))
+            if not found:
+                out.append((f"{torch} {name}", want, "not on PyPI", "PYPI"))
+                continue
+            chosen = found[-1]
+            before = floor.get(row.release)
+            if before is not None and chosen < before[0]:
+                out.append((f"{torch} {name}", want, f"older than {before[0]}, torch {before[1]}'s", "PYPI"))
+            elif before is None or chosen > before[0]:
+                floor[row.release] = (chosen, torch)
+    return out

@@ -10,6 +10,7 @@ import yaml
 
 from envbuild.compat_refresh import (
     build_matrix,
+    companion_gaps,
     cuda_of,
     disagreements,
     index_listing,
@@ -216,4 +217,32 @@ def test_the_data_agrees_with_test_infra_for_2_14_and_a_change_is_reported() -> 
     row["rocm_builds"] = ["7.2"]  # what the data said before issue 23
     assert disagreements(data, matrices={"2.14": matrix}) == [
         ("2.14 rocm_builds", "7.2", "7.2, 7.14", "test-infra release/2.14")
+    ]
+
+
+def test_a_torch_release_whose_auto_companions_pypi_lacks_or_predate_its_minor_is_reported() -> None:
+    # The shipped rows, against PyPI as it stood on 2026-12-04, plus two releases that would break
+    # them: torch 2.15.1 (the patch-number rule picks torchvision 0.29.1, older than 2.15.0's
+    # 0.29.2) and a torch 2.14.1 whose torchvision 0.29.1 was never published.
+    data = json.loads((REPO / "src" / "envbuild" / "data" / "compat.json").read_text())
+    data["torch"] = [r for r in data["torch"] if r["release"] in ("2.14", "2.15")]
+
+    def index(*versions: str) -> dict[str, Any]:
+        return {"releases": {v: [{"filename": f"x-{v}.whl"}] for v in versions}}
+
+    indexes = {
+        "torch": index("2.14.0", "2.14.1", "2.15.0", "2.15.1rc1"),
+        "torchvision": index("0.29.0", "0.29.1", "0.29.2"),
+        "torchaudio": index("2.11.0", "2.11.1"),
+    }
+    assert companion_gaps(data, indexes) == []  # what PyPI holds today
+    indexes["torch"] = index("2.14.0", "2.14.1", "2.15.0", "2.15.1")
+    indexes["torchvision"] = index("0.29.0", "0.29.2")
+    assert companion_gaps(data, indexes) == [
+        ("2.14.1 torchvision", "0.29.1", "not on PyPI", "PYPI"),
+        ("2.15.1 torchvision", "0.29.1", "not on PyPI", "PYPI"),
+    ]
+    indexes["torchvision"] = index("0.29.0", "0.29.1", "0.29.2")
+    assert companion_gaps(data, indexes) == [
+        ("2.15.1 torchvision", "0.29.1", "older than 0.29.2, torch 2.15.0's", "PYPI")
     ]
