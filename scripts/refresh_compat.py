@@ -16,13 +16,21 @@ python scripts/refresh_compat.py --check --index cu121 --index cu128 --index roc
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
 
-from envbuild.compat_refresh import PYPI_JSON, build_matrix, companion_gaps, disagreements, index_listing, refresh
+from envbuild.compat_refresh import (
+    PYPI_JSON,
+    build_matrix,
+    companion_gaps,
+    disagreements,
+    fetch_json,
+    index_listing,
+    refresh,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "envbuild" / "data" / "compat.json"
 INDEX_ROOT = "https://download.pytorch.org/whl"
@@ -33,11 +41,6 @@ def _read(location: str) -> str:
         with urllib.request.urlopen(location, timeout=60) as resp:  # noqa: S310 - a URL the user named
             return str(resp.read().decode("utf-8"))
     return Path(location).read_text("utf-8")
-
-
-def _pypi_index(name: str) -> dict[str, Any]:
-    index: dict[str, Any] = json.loads(_read(PYPI_JSON.format(name=name)))
-    return index
 
 
 def main() -> int:
@@ -51,7 +54,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     data = json.loads(DATA.read_text())
-    changes = [] if args.skip_pypi else refresh(data)
+    fetch = functools.cache(fetch_json)  # torch's PyPI index serves refresh and the companion check
+    changes = [] if args.skip_pypi else refresh(data, fetch=fetch)
     for line in changes:
         print(line)
     index = {b: index_listing(_read(f"{args.index_root.rstrip('/')}/{b}/torch/")) for b in args.index}
@@ -61,7 +65,8 @@ def main() -> int:
         matrices[minor] = build_matrix(_read(where))
     table = disagreements(data, index=index, matrices=matrices)
     if not args.skip_pypi:  # every torch release on PyPI gets `auto` companions that exist there
-        table += companion_gaps(data, {name: _pypi_index(name) for name in ("torch", "torchvision", "torchaudio")})
+        indexes = {name: fetch(PYPI_JSON.format(name=name)) for name in ("torch", "torchvision", "torchaudio")}
+        table += companion_gaps(data, indexes)
     if table:
         width = max(len(row[0]) for row in table)
         print(f"{'field':<{width}}  ours | theirs | source")

@@ -122,13 +122,13 @@ def refresh_numpy(rules: dict[str, Any], index: dict[str, Any]) -> list[str]:
     return changes
 
 
-def _get(url: str) -> Any:
+def fetch_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=60) as resp:  # noqa: S310 - fixed https URL
         return json.load(resp)
 
 
 def refresh(
-    data: dict[str, Any], fetch: Any = _get, resolve: Any = resolve_with_uv, today: str | None = None
+    data: dict[str, Any], fetch: Any = fetch_json, resolve: Any = resolve_with_uv, today: str | None = None
 ) -> list[str]:
     """Update `data` in place from PyPI; returns a line per changed value.
 
@@ -140,14 +140,7 @@ def refresh(
     changes: list[str] = []
     for row in data["torch"]:
         minor = row["release"]
-        patches = []
-        for v, files in releases.items():
-            try:
-                parsed = Version(v)
-            except InvalidVersion:
-                continue
-            if f"{parsed.major}.{parsed.minor}" == minor and not parsed.is_prerelease and files:
-                patches.append(parsed)
+        patches = [v for v in _published(releases) if f"{v.major}.{v.minor}" == minor]
         if not patches:
             continue
         newest = str(max(patches))
@@ -304,7 +297,8 @@ def companion_gaps(data: dict[str, Any], indexes: dict[str, dict[str, Any]]) -> 
             if row is None:
                 continue
             want = pick(row, str(torch))
-            found = sorted(v for v in published if v in SpecifierSet(f"=={want}"))
+            spec = SpecifierSet(f"=={want}")
+            found = sorted(v for v in published if v in spec)
             if not found:
                 out.append((f"{torch} {name}", want, "not on PyPI", "PYPI"))
                 continue

@@ -23,8 +23,7 @@ from envbuild.profile import Profile
 from envbuild.project import Project
 from envbuild.smoke import container as smoke_container
 from envbuild.smoke import labels as labels_check
-from envbuild.smoke.inside.core import GPU_REFUSED_ENV
-from envbuild.smoke.options import LOCK_MATCHES
+from envbuild.smoke.inside.core import GPU_REFUSED_ENV, LOCK_MATCHES
 
 STALE_AFTER_S = 600.0
 

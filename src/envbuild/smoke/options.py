@@ -6,9 +6,8 @@ from __future__ import annotations
 import difflib
 
 from envbuild.errors import UsageError
+from envbuild.smoke.inside.core import LOCK_MATCHES
 from envbuild.smoke.inside.report import CHECKS
-
-LOCK_MATCHES = ("exact", "pins", "none")
 
 
 def check(

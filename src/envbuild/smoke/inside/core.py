@@ -8,6 +8,8 @@ from typing import Any
 
 REPORT_VERSION = 1
 DEFAULT_EXPECT = "/opt/envbuild/expect.json"
+# --lock-match: the installed distributions against the lockfile exactly, its pins only, or not at all
+LOCK_MATCHES = ("exact", "pins", "none")
 # Set by `envbuild smoke` when the engine refused the container's GPU request (host.GPU_REFUSED_ENV).
 GPU_REFUSED_ENV = "ENVBUILD_SMOKE_GPU_REFUSED"
 # Set by `envbuild smoke` to the image's WORKDIR (Config.WorkingDir), where users' code starts.

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .compiled import check_compile, check_export
-from .core import DEFAULT_EXPECT, REPORT_VERSION, CheckFailed, Context, Result, Skip
+from .core import DEFAULT_EXPECT, LOCK_MATCHES, REPORT_VERSION, CheckFailed, Context, Result, Skip
 from .gpu import check_cudnn, check_gpu
 from .imports import check_imports
 from .integrity import check_integrity
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out", default=None, help="write the JSON report here ('-' = stdout)")
     parser.add_argument("--gpus", default="auto", help="auto | all | none | N")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for a collective or a DataLoader")
-    parser.add_argument("--lock-match", choices=["exact", "pins", "none"], default="exact")
+    parser.add_argument("--lock-match", choices=LOCK_MATCHES, default="exact")
     parser.add_argument("--only", action="append", help="run only this check (repeatable)")
     parser.add_argument("--local", action="store_true", help="on the host, not in an image (changes the remedies)")
     parser.add_argument("--min-peak", type=float, default=None, help="fail perf under this %% of the datasheet peak")
