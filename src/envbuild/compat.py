@@ -228,3 +228,9 @@ def load() -> CompatData:
             hint="reinstall envbuild",
         )
     return data
+
+
+def companions(row: TorchRelease, torch: str) -> dict[str, str]:
+    """{torchvision, torchaudio: the release that pairs with an exact torch release}: what `auto`
+    locks, and what an image's constraints hold for an image built FROM it that adds one."""
+    return {"torchvision": torchvision_for(row, torch), "torchaudio": torchaudio_for(row, torch)}

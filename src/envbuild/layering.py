@@ -86,16 +86,34 @@ def constraints(plan: Plan, pins: dict[str, Pin], groups: dict[str, tuple[str, .
     layers (torch, its CUDA/ROCm/Triton wheels, torchvision, torchaudio, numpy), as locked and
     smoke-tested. A package that wants another torch otherwise made pip fetch PyPI's default (CUDA)
     build over the tested one, silently; with them, pip stops with "(constraint)" in its conflict.
-    The rest stays the derived image's to change."""
+    A companion the lock does not hold is held to the release that pairs with torch, in torch's
+    build (`+cpu`): PyPI's torchvision for a CPU torch installed without a word and failed on import
+    ("operator torchvision::nms does not exist"). The rest stays the derived image's to change."""
     held = sorted(n for g in ("torch", "torch-extras", _OWN_LAYER) for n in groups.get(g, ()))
-    return constraints_head(plan) + "".join(f"{n}=={pins[n].version}\n" for n in held)
+    pinned = {n: pins[n].version for n in held}
+    local = pins["torch"].version.partition("+")[2] if "torch" in pins else ""
+    for name, version in plan.companions if "torch" in pins else ():
+        if name in pins:  # locked, if only as a dependency of the profile's packages (timm's)
+            pinned[name] = pins[name].version
+        else:  # a wildcard (torchaudio's frozen 2.11.*) takes no build label
+            pinned[name] = f"{version}+{local}" if local and "*" not in version else version
+    return constraints_head(plan) + "".join(f"{n}=={pinned[n]}\n" for n in sorted(pinned))
 
 
 def constraints_head(plan: Plan) -> str:
-    """constraints.txt's comment lines: what it holds, and how to change it."""
+    """constraints.txt's comment lines: what it holds, where its torch build comes from, and how to
+    change it."""
+    src = plan.source
+    where = (
+        f"# torch, torchvision and torchaudio of this build are on {src.canonical_index}, not on PyPI: add one\n"
+        f"# with pip install --extra-index-url {src.canonical_index} ...\n"
+        if src.route == "index" and plan.profile.flavor == "venv"
+        else ""
+    )
     return (
         f"# The tested torch build and numpy of envbuild profile {plan.profile.name}, written by envbuild build.\n"
         "# pip (PIP_CONSTRAINT) and uv (UV_CONSTRAINT) in this image and in images built FROM it keep these.\n"
+        f"{where}"
         f"# To change them, change the profile and rebuild (envbuild lock {plan.profile.name} && envbuild build "
         f"{plan.profile.name});\n# for one install, clear it: PIP_CONSTRAINT= pip install ...\n"
     )

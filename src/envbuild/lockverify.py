@@ -62,11 +62,18 @@ def verify(profile: Profile, pins: dict[str, Pin], src: TorchSource, platform: s
         if pin is None or not fnmatch(pin.public_version, exact):
             problems.append(f"{lib}: expected {exact}, the resolver chose {pin.version if pin else 'nothing'}")
     problems += _check_sources(pins, src)
+    # A package of the profile's (timm) needs torchvision: uv takes a dependency's from PyPI, the
+    # CUDA build, whatever index torch came from; only a companion the profile names is routed.
+    pulled = [n for n in ("torchvision", "torchaudio") if n in pins and not getattr(profile, n)]
     if problems:
         raise LockError(
             f"{profile.name} ({platform}): the resolution does not match the profile; nothing was written:\n  "
             + "\n  ".join(problems),
-            hint="point --torch-index at an index that serves this build, or change the profile",
+            hint=f"a package of the profile needs {' and '.join(pulled)}: add "
+            + " and ".join(f"`{n}: auto`" for n in pulled)
+            + " to the profile, so it is locked with torch, from the same index and in the same build"
+            if pulled and src.route == "index"
+            else "point --torch-index at an index that serves this build, or change the profile",
         )
 
 

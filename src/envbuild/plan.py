@@ -109,23 +109,18 @@ def base_of(profile: Profile, option: str | None, configured: str | None = None)
     return Base(info.image, info.python_from, "compat")
 
 
-def requirements_of(profile: Profile) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(requirement lines, torch family names): torch, its companions with `auto` resolved, numpy,
-    then the profile's packages."""
-    db = compat.load()
-    row = db.release(profile.torch)
+def requirements_of(profile: Profile) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(requirement lines, torch family names, the companions that pair with torch): torch, its
+    companions with `auto` resolved, numpy, then the profile's packages."""
+    row = compat.load().release(profile.torch)
     if row is None:
         raise RenderError(f"torch {profile.torch} is not in the compat data; cannot pick matching packages")
-    extras = []
-    if profile.torchvision:
-        tv = compat.torchvision_for(row, profile.torch) if profile.torchvision == "auto" else profile.torchvision
-        extras.append(("torchvision", tv))
-    if profile.torchaudio:
-        ta = compat.torchaudio_for(row, profile.torch) if profile.torchaudio == "auto" else profile.torchaudio
-        extras.append(("torchaudio", ta))
+    pairs = compat.companions(row, profile.torch)
+    asked = {"torchvision": profile.torchvision, "torchaudio": profile.torchaudio}
+    extras = [(n, pairs[n] if v == "auto" else v) for n, v in asked.items() if v]
     reqs = [f"torch=={profile.torch}", *(f"{n}=={v}" for n, v in extras), f"numpy=={profile.numpy}"]
     reqs += sorted(profile.packages, key=str.lower)
-    return tuple(reqs), tuple(sorted({"torch", *(n for n, _ in extras)}))
+    return tuple(reqs), tuple(sorted({"torch", *(n for n, _ in extras)})), tuple(sorted(pairs.items()))
 
 
 def default_templates_dir() -> Path:
@@ -176,6 +171,7 @@ class Plan:
     source: TorchSource
     requirements: tuple[str, ...]
     torch_family: tuple[str, ...]
+    companions: tuple[tuple[str, str], ...]  # (torchvision/torchaudio, the release pairing with torch)
     templates_dir: Path | None
     templates: dict[str, str] = field(repr=False)  # the flavor's template sources, by name
     torch_mirror: str | None = None  # a mirror of the PyTorch index given today (option > profile > toml)
@@ -343,7 +339,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
                 f"(platforms: {', '.join(profile.platforms)})",
                 hint=f"add {platform} to the profile's platforms and run `envbuild lock {profile.name}`",
             )
-    requirements, family = requirements_of(profile)
+    requirements, family, pairs = requirements_of(profile)
     templates_dir = opts.templates_dir or project.templates_dir
     return Plan(
         profile=profile,
@@ -352,6 +348,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
         source=source,
         requirements=requirements,
         torch_family=family,
+        companions=pairs,
         templates_dir=templates_dir,
         templates=templates_of(profile.flavor, templates_dir),
         torch_mirror=mirror,
@@ -385,7 +382,7 @@ def _read_checks(project: Project, profile: Profile) -> dict[str, str]:
 
 def for_profile(profile: Profile, *, base: str | None = None, templates_dir: Path | None = None) -> Plan:
     """A plan outside any project (render of a file, the golden tests): no envbuild.toml, no wheelhouse check."""
-    requirements, family = requirements_of(profile)
+    requirements, family, pairs = requirements_of(profile)
     return Plan(
         profile=profile,
         platforms=tuple(profile.platforms),
@@ -393,6 +390,7 @@ def for_profile(profile: Profile, *, base: str | None = None, templates_dir: Pat
         source=torch_source(profile),
         requirements=requirements,
         torch_family=family,
+        companions=pairs,
         templates_dir=templates_dir,
         templates=templates_of(profile.flavor, templates_dir),
         apt_snapshot=profile.apt_snapshot,

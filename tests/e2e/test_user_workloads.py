@@ -283,8 +283,9 @@ def test_pip_in_an_image_built_from_it_keeps_the_tested_numpy_and_says_where_the
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:
     """A package that wants another numpy or torch made pip replace the tested one, silently (for
-    torch: PyPI's default CUDA build over the CPU one). The image's PIP_CONSTRAINT keeps them; pip
-    stops with its conflict, and the image's pip says where the constraint comes from."""
+    torch: PyPI's default CUDA build over the CPU one; for torchvision, PyPI's CUDA build beside it).
+    The image's PIP_CONSTRAINT keeps them; pip stops with its conflict, and the image's pip says where
+    the constraint comes from."""
     env = {"PIP_CERT": "/ca.crt", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     ca = {CA: {"bind": "/ca.crt", "mode": "ro"}}
 
@@ -304,6 +305,13 @@ def test_pip_in_an_image_built_from_it_keeps_the_tested_numpy_and_says_where_the
     assert "is this image's tested torch build or numpy (/opt/envbuild/constraints.txt)" in said
     code, said = pip("install", "--dry-run", "numpy==2.0.2", PIP_CONSTRAINT="")  # cleared: the user's choice
     assert code == 0 and "Would install numpy-2.0.2" in said, said
+    # cpu-py311 locks no torchvision: PyPI's (a CUDA build) installed without a word and failed on
+    # import ("operator torchvision::nms does not exist"). The one that pairs with torch, in its build,
+    # is held, and pip is told which index has it.
+    code, said = pip("install", "--dry-run", "torchvision")
+    assert code == 1, said
+    assert "(constraint) torchvision==0.28.0+cpu" in said
+    assert "pip install --extra-index-url https://download.pytorch.org/whl/cpu ..." in said
 
 
 @pytest.mark.network

@@ -59,9 +59,13 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
     # what a derived image's pip may not move: the torch build, its runtime wheels, torchvision,
     # torchaudio and numpy, as locked; the profile's own packages stay the derived image's to change
     held = lockfile.parse_requirements((ctx / "smoke" / "constraints.txt").read_text())
+    # and torchaudio, which the profile does not ask for: a derived image that adds it gets the one
+    # that pairs with torch 2.3.1, from PyPI like this torch build (so no ENVBUILD_TORCH_INDEX)
     assert {n: p.version for n, p in held.items()} == {
-        n: p.version for n, p in whole.items() if n in parts["torch"] or n in parts["torch-extras"] or n == "numpy"
+        **{n: p.version for n, p in whole.items() if n in parts["torch"] or n in parts["torch-extras"] or n == "numpy"},
+        "torchaudio": "2.3.1",
     }
+    assert "ENVBUILD_TORCH_INDEX" not in (ctx / "Dockerfile").read_text()
     assert "envbuild lock cu121-py311 && envbuild build cu121-py311" in (ctx / "smoke" / "constraints.txt").read_text()
     dockerfile = (ctx / "Dockerfile").read_text()
     assert "FROM ${BASE_IMAGE} AS runtime" in dockerfile

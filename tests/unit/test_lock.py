@@ -114,6 +114,22 @@ def test_verify_rejects_dependency_confusion() -> None:
         lockverify.verify(prof, pins, src, "x86_64")
 
 
+def test_a_torchvision_a_package_pulls_in_from_pypi_is_refused_with_the_profile_fix() -> None:
+    """timm on cpu-py311: uv takes a dependency's torchvision from PyPI (a CUDA build, which fails on
+    import beside torch +cpu) whatever index torch came from. The fix is the profile's own field."""
+    prof = _prof("cpu-py311")
+    idx = "https://download.pytorch.org/whl/cpu"
+    pins = _pins(("torch", "2.13.0+cpu", idx), ("numpy", "2.1.3", PYPI), ("timm", "1.0.15", PYPI))
+    pins["torchvision"] = Pin("torchvision", "0.28.0", [], PYPI)
+    with pytest.raises(LockError) as err:
+        lockverify.verify(prof, pins, torchsource.torch_source(prof), "x86_64")
+    assert "torchvision: came from https://pypi.org/simple, not from the PyTorch index" in str(err.value)
+    assert err.value.hint is not None and "add `torchvision: auto` to the profile" in err.value.hint
+    # asked for by the profile, and from the index, it is the build that pairs with torch
+    pins["torchvision"] = Pin("torchvision", "0.28.0+cpu", [], idx)
+    lockverify.verify(prof.model_copy(update={"torchvision": "auto"}), pins, torchsource.torch_source(prof), "x86_64")
+
+
 @pytest.fixture
 def locked_project(project: Path) -> Path:
     shutil.copytree(REPO / "lockfiles", project / "lockfiles")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -95,6 +96,30 @@ def test_the_plan_is_the_one_place_the_torch_route_is_decided(engineless_project
     via = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"), plan_mod.PlanOptions(find_links=(str(wheels),)))
     assert via.source.torch_index == wheels.as_uri() and via.source.canonical_index == cpu.source.canonical_index
     assert via.input_digest == cpu.input_digest
+
+
+def test_a_derived_images_constraints_hold_the_companions_in_torchs_build(engineless_project: Path) -> None:
+    """cpu-py311 locks no torchvision. `FROM image` + `pip install torchvision` took PyPI's, a CUDA
+    build that imports with "operator torchvision::nms does not exist" beside torch 2.13.0+cpu: the
+    constraints hold the one that pairs with torch, in torch's build, and say which index has it."""
+    from envbuild import layering
+
+    proj = open_project(str(engineless_project))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311"))
+    text = (engineless_project / "lockfiles" / "cpu-py311" / "requirements.lock").read_text()
+    pins = lockfile.parse_requirements(text)
+    held = layering.constraints(plan, pins, layering.layer_groups(plan, pins, text))
+    body = [line for line in held.splitlines() if not line.startswith("#")]
+    # torchaudio froze at 2.11 with a stable ABI: any 2.11 patch, of either index
+    assert body == ["numpy==2.1.3", "torch==2.13.0+cpu", "torchaudio==2.11.*", "torchvision==0.28.0+cpu"]
+    assert "pip install --extra-index-url https://download.pytorch.org/whl/cpu ..." in held
+    # one the lock holds, if only as a dependency of the profile's packages, is held as locked
+    pins["torchvision"] = dataclasses.replace(pins["torch"], name="torchvision", version="0.28.0+cpu")
+    held = layering.constraints(plan, pins, layering.layer_groups(plan, pins, text))
+    assert [line for line in held.splitlines() if line.startswith("torchvision")] == ["torchvision==0.28.0+cpu"]
+    pins["torchvision"] = dataclasses.replace(pins["torch"], name="torchvision", version="0.27.9")
+    held = layering.constraints(plan, pins, layering.layer_groups(plan, pins, text))
+    assert [line for line in held.splitlines() if line.startswith("torchvision")] == ["torchvision==0.27.9"]
 
 
 def test_the_build_takes_the_route_the_lockfile_recorded(engineless_project: Path) -> None:

@@ -101,6 +101,33 @@ def test_a_failed_install_is_told_where_a_constraint_comes_from(
         assert "PIP_CONSTRAINT= pip install ..." in out.stderr
 
 
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+@pytest.mark.parametrize(
+    ("index", "args", "code", "hinted"),
+    [
+        (CPU_INDEX, ["install", "torchvision"], 1, True),
+        ("", ["install", "torchvision"], 1, False),  # torch from PyPI: so are its companions
+        (CPU_INDEX, ["install", "torchvision"], 0, False),
+        (CPU_INDEX, ["install", "--extra-index-url", CPU_INDEX, "torchvision"], 1, False),  # given: no news
+        (CPU_INDEX, ["install", f"--extra-index-url={CPU_INDEX}/", "torchvision"], 1, False),
+    ],
+)
+def test_a_failed_install_in_an_index_builds_image_names_the_index(
+    tmp_path: Path, index: str, args: list[str], code: int, hinted: bool
+) -> None:
+    """torchvision for a +cpu torch is on the PyTorch index, not PyPI: the constraint refuses PyPI's
+    (a CUDA build that fails on import), and the wrapper names the index that has the right one. An
+    image whose torch is PyPI's own (no ENVBUILD_TORCH_INDEX) gets no such line."""
+    out = _image_pip(
+        tmp_path, 0, args, code, PIP_CONSTRAINT="/opt/envbuild/constraints.txt", ENVBUILD_TORCH_INDEX=index
+    )
+    assert out.returncode == code
+    fix = f"are on {index}, not on PyPI: pip install --extra-index-url {index} ..."
+    assert (fix in out.stderr) is hinted, out.stderr
+
+
 @pytest.mark.parametrize(
     ("uid", "args", "code", "hinted"),
     [

@@ -3,7 +3,7 @@
 # user, so `FROM image` + `RUN pip install` works as it is; another uid (`docker run -u`, a USER line
 # of a derived Dockerfile) is refused, and gets the fix after pip's own error (README: "Building on
 # an envbuild image"). A failed install is told where a "(constraint)" comes from: PIP_CONSTRAINT,
-# the tested torch and numpy.
+# the tested torch and numpy, and where this torch build's torchvision and torchaudio are.
 python -m pip "$@"
 code=$?
 # An install aimed elsewhere (--target, --prefix, --root, --user) failed for its own reason.
@@ -30,6 +30,14 @@ if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ]; then
             echo "envbuild: a \"(constraint)\" in pip's error above, if it names one, is this image's tested torch build or numpy" \
                 "($PIP_CONSTRAINT): change it in the profile and rebuild, or clear it for this install:" \
                 "PIP_CONSTRAINT= pip install ..." >&2
+            named=0  # the index was given: pip could not reach it, or it has no such release
+            for given in "$@"; do
+                case "$given" in *"${ENVBUILD_TORCH_INDEX:-//}"*) named=1 ;; esac
+            done
+            if [ -n "${ENVBUILD_TORCH_INDEX:-}" ] && [ "$named" -eq 0 ]; then
+                echo "envbuild: torchvision and torchaudio for this torch build are on $ENVBUILD_TORCH_INDEX, not on PyPI:" \
+                    "pip install --extra-index-url $ENVBUILD_TORCH_INDEX ..." >&2
+            fi
         fi
         break
     done
