@@ -141,6 +141,16 @@ class CompatData(_Strict):
     def releases_for_python(self, python: str) -> list[str]:
         return [r.release for r in self.torch if r.python_ok(python)]
 
+    def one_release(self, spec: str) -> str:
+        """A companion spec as one release: itself, or for a wildcard (torchaudio's frozen `2.11.*`)
+        the newest patch of it the data records as some torch release's exact pairing, else `.0`.
+        A build label needs an exact version (`==2.11.*+cpu` is no specifier)."""
+        if not spec.endswith(".*"):
+            return spec
+        line = spec[:-2]
+        known = [v for r in self.torch for pair in r.pairs.values() for v in pair.values() if v.startswith(f"{line}.")]
+        return str(max((_v(v) for v in known), default=_v(f"{line}.0")))
+
     def driver_floor(self, cuda: str) -> DriverFloor | None:
         return next((d for d in self.drivers if d.cuda == cuda), None)
 
@@ -231,6 +241,6 @@ def load() -> CompatData:
 
 
 def companions(row: TorchRelease, torch: str) -> dict[str, str]:
-    """{torchvision, torchaudio: the release that pairs with an exact torch release}: what `auto`
-    locks, and what an image's constraints hold for an image built FROM it that adds one."""
+    """{torchvision, torchaudio: the release that pairs with an exact torch release}, as `auto`
+    locks it (a wildcard for torchaudio's frozen line: the index's newest patch)."""
     return {"torchvision": torchvision_for(row, torch), "torchaudio": torchaudio_for(row, torch)}

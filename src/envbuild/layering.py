@@ -95,8 +95,8 @@ def constraints(plan: Plan, pins: dict[str, Pin], groups: dict[str, tuple[str, .
     for name, version in plan.companions if "torch" in pins else ():
         if name in pins:  # locked, if only as a dependency of the profile's packages (timm's)
             pinned[name] = pins[name].version
-        else:  # a wildcard (torchaudio's frozen 2.11.*) takes no build label
-            pinned[name] = f"{version}+{local}" if local and "*" not in version else version
+        else:
+            pinned[name] = f"{version}+{local}" if local else version
     return constraints_head(plan) + "".join(f"{n}=={pinned[n]}\n" for n in sorted(pinned))
 
 

@@ -112,7 +112,8 @@ def base_of(profile: Profile, option: str | None, configured: str | None = None)
 def requirements_of(profile: Profile) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:
     """(requirement lines, torch family names, the companions that pair with torch): torch, its
     companions with `auto` resolved, numpy, then the profile's packages."""
-    row = compat.load().release(profile.torch)
+    db = compat.load()
+    row = db.release(profile.torch)
     if row is None:
         raise RenderError(f"torch {profile.torch} is not in the compat data; cannot pick matching packages")
     pairs = compat.companions(row, profile.torch)
@@ -120,7 +121,8 @@ def requirements_of(profile: Profile) -> tuple[tuple[str, ...], tuple[str, ...],
     extras = [(n, pairs[n] if v == "auto" else v) for n, v in asked.items() if v]
     reqs = [f"torch=={profile.torch}", *(f"{n}=={v}" for n, v in extras), f"numpy=={profile.numpy}"]
     reqs += sorted(profile.packages, key=str.lower)
-    return tuple(reqs), tuple(sorted({"torch", *(n for n, _ in extras)})), tuple(sorted(pairs.items()))
+    held = tuple(sorted((n, db.one_release(v)) for n, v in pairs.items()))  # exact: a build label needs one
+    return tuple(reqs), tuple(sorted({"torch", *(n for n, _ in extras)})), held
 
 
 def default_templates_dir() -> Path:
@@ -171,7 +173,7 @@ class Plan:
     source: TorchSource
     requirements: tuple[str, ...]
     torch_family: tuple[str, ...]
-    companions: tuple[tuple[str, str], ...]  # (torchvision/torchaudio, the release pairing with torch)
+    companions: tuple[tuple[str, str], ...]  # (torchvision/torchaudio, one release pairing with torch)
     templates_dir: Path | None
     templates: dict[str, str] = field(repr=False)  # the flavor's template sources, by name
     torch_mirror: str | None = None  # a mirror of the PyTorch index given today (option > profile > toml)

@@ -47,6 +47,15 @@ def test_auto_companions_of_torch_2_0_are_releases_that_exist() -> None:
     assert (compat.torchvision_for(row, "2.0.1"), compat.torchaudio_for(row, "2.0.1")) == ("0.15.2", "2.0.2")
 
 
+def test_torchaudios_frozen_line_held_in_an_image_is_its_newest_recorded_patch() -> None:
+    # PyPI: torchaudio 2.11.1 was uploaded with torch 2.15.0 (2026-10-28, the 2.15 row's pairing) and
+    # requires torch>=2.11; `auto` locks `2.11.*`, but an image's constraint needs one release for
+    # torch's build label (`==2.11.*+cpu` is no PEP 440 specifier).
+    db = compat.load()
+    assert db.one_release("2.11.*") == "2.11.1"
+    assert db.one_release("0.28.0") == "0.28.0" and db.one_release("9.9.*") == "9.9.0"
+
+
 def test_a_companion_pin_that_cannot_resolve_is_refused(write_profile: Callable[..., Path]) -> None:
     # torchvision 0.18.0 requires torch==2.3.0 exactly (its wheel metadata on PyPI): with 2.3.1 it cannot resolve
     path = write_profile(torchvision="0.18.0")

@@ -110,8 +110,9 @@ def test_a_derived_images_constraints_hold_the_companions_in_torchs_build(engine
     pins = lockfile.parse_requirements(text)
     held = layering.constraints(plan, pins, layering.layer_groups(plan, pins, text))
     body = [line for line in held.splitlines() if not line.startswith("#")]
-    # torchaudio froze at 2.11 with a stable ABI: any 2.11 patch, of either index
-    assert body == ["numpy==2.1.3", "torch==2.13.0+cpu", "torchaudio==2.11.*", "torchvision==0.28.0+cpu"]
+    # torchaudio froze at 2.11 (`auto` locks `2.11.*`); PyPI's 2.11.1 beside a +cpu torch fails on
+    # import (libc10_cuda.so), and only an exact version takes a label: the newest patch the data knows
+    assert body == ["numpy==2.1.3", "torch==2.13.0+cpu", "torchaudio==2.11.1+cpu", "torchvision==0.28.0+cpu"]
     assert "pip install --extra-index-url https://download.pytorch.org/whl/cpu ..." in held
     # one the lock holds, if only as a dependency of the profile's packages, is held as locked
     pins["torchvision"] = dataclasses.replace(pins["torch"], name="torchvision", version="0.28.0+cpu")
