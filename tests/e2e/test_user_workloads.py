@@ -192,7 +192,29 @@ def test_an_image_built_from_an_envbuild_image_adds_a_package(
         res = envbuild("smoke", image.id, "--lock-match", "pins", "--json", str(tmp_path / "r.json"), cwd=e2e_project)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         # it passes as it is, and is told apart from the image that passed at build (push refuses it)
-        assert json.loads((tmp_path / "r.json").read_text())["smoke_record"] == "altered"
+        derived = json.loads((tmp_path / "r.json").read_text())
+        assert derived["smoke_record"] == "altered"
+        # what it added imports too, as its user's code will: one module more than the image's own
+        imported = _check(built_cpu["smoke"], "imports")["facts"]["imported"]
+        assert _check(derived, "imports")["facts"]["imported"] == imported + 1
+        # and one that fails to import fails the check, by name (PyPI's CUDA torchvision beside a +cpu
+        # torch says this on import)
+        broken = docker_client.containers.run(
+            image.id,
+            ["sh", "-c", f"echo \"raise RuntimeError('operator torchvision::nms does not exist')\" >> "
+             f"{site}/hello_envbuild/__init__.py && envbuild-smoke --only imports --lock-match pins --json -"],
+            detach=True,
+        )  # fmt: skip
+        try:
+            assert broken.wait()["StatusCode"] == 1
+            failed = _check(json.loads(broken.logs(stdout=True, stderr=False).decode()), "imports")
+            assert (
+                failed["reason"].startswith("1 of ")
+                and "hello_envbuild (hello-envbuild): RuntimeError" in failed["reason"]
+            )
+            assert failed["remedy"].startswith("hello-envbuild was built for another build of torch")
+        finally:
+            broken.remove(force=True)
         assert "is not an image that passed before: its smoke-test record does not hold" in res.stderr
         # the default (exact) still fails on it: the drift check for images that should be pristine
         exact = docker_client.containers.run(

@@ -996,6 +996,40 @@ def test_an_import_remedy_names_numpy_abi_and_torch_abi_breaks() -> None:
     assert "another release of torch" in imports._remedy(torch_abi, "cpu-py311")
 
 
+def test_an_image_built_from_an_envbuild_image_imports_what_it_added_too() -> None:
+    """`FROM image` + `pip install torchvision` took PyPI's CUDA build beside torch +cpu: the image
+    passed `envbuild smoke IMAGE --lock-match pins`, and the user's `import torchvision` failed.
+    Under pins an image's added distributions import too; exact refuses them anyway, and a host's
+    interpreter (--local) holds what it likes."""
+    from envbuild.smoke.inside import imports
+
+    expect = {"packages": {"filelock": "3"}}
+    derived = set(imports._modules(_ctx(expect=expect, lock_match="pins")))
+    assert {"filelock", "jinja2", "yaml", "pytest"} <= derived and "pip" not in derived
+    assert set(imports._modules(_ctx(expect=expect))) == {"filelock"}
+    assert set(imports._modules(_ctx(expect=expect, lock_match="pins", local=True))) == {"filelock"}
+
+
+def test_a_companion_built_for_another_torch_build_is_named_with_the_index_that_has_the_right_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PyPI's torchvision beside torch 2.13.0+cpu: "operator torchvision::nms does not exist"; its
+    torchaudio: "libc10_cuda.so: cannot open shared object file" (seen in a cpu-py311 image), which
+    is no OS package to add."""
+    from envbuild.smoke.inside import imports
+
+    monkeypatch.setenv("ENVBUILD_TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
+    vision = "RuntimeError: operator torchvision::nms does not exist"
+    audio = "OSError: libc10_cuda.so: cannot open shared object file: No such file or directory"
+    for error, dist in ((vision, "torchvision"), (audio, "torchaudio")):
+        remedy = imports._remedy(error, "cpu-py311", dist)
+        assert remedy.startswith(f"{dist} was built for another build of torch than this environment's"), remedy
+        assert f"pip install --extra-index-url https://download.pytorch.org/whl/cpu {dist}" in remedy
+    assert imports._remedy("OSError: libGL.so.1: cannot open shared object file", "cpu-py311").startswith(
+        "the image lacks the OS library"
+    )
+
+
 def test_every_library_an_extension_module_lacks_is_named_at_once_but_not_what_the_wheel_vendors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

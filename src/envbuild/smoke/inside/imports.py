@@ -1,4 +1,5 @@
-"""Check: every locked distribution imports. The other checks import torch and numpy only, so an
+"""Check: every locked distribution imports (and, in an image checked with --lock-match pins, one
+built FROM an envbuild image, every distribution it added). The other checks import torch and numpy only, so an
 image could pass while `import cv2` needs an OS library the image lacks (libGL.so.1), or a package
 compiled against NumPy 1.x or another torch release fails on its first import in the user's code.
 
@@ -31,6 +32,11 @@ NOT_MODULES |= {"scripts", "tools"}
 # The driver's libraries come from the host with the GPUs: without them (a build on a machine with
 # none) a CUDA package may fail its import and be fine where it runs.
 NEEDS_GPU = re.compile(r"libcuda\.so|libnvidia-ml\.so|NVIDIA driver|no CUDA GPUs are available|CUDA driver", re.I)
+# torch's own libraries, or an operator a companion registers, missing: a wheel built for another
+# build of torch (PyPI's torchvision links libc10_cuda.so; beside a +cpu torch it registers no nms).
+OTHER_TORCH_BUILD = re.compile(
+    r"lib(c10|torch)\w*\.so\S*: cannot open shared object|operator torch\w+::\w+ does not exist"
+)
 # An OS library the image lacks, and the Debian package that has it, for the usual ones.
 MISSING_LIB = re.compile(r"(?P<lib>lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 DEBIAN_PACKAGE = {
@@ -67,16 +73,25 @@ os._exit(0)
 
 
 def _modules(ctx: Context) -> dict[str, str]:
-    """{module: its distribution} for the locked distributions installed here, in name order."""
+    """{module: its distribution} for the locked distributions installed here, in name order. An
+    image checked with --lock-match pins is one built FROM an envbuild image: what it added is what
+    its user runs, and imports too (PyPI's CUDA torchvision beside a +cpu torch fails right there)."""
     locked = {_canon(k) for k in (ctx.expect.get("packages") or {})} - BOOTSTRAP
+    added_too = _added_too(ctx)
     found: dict[str, str] = {}
     for dist in metadata.distributions(path=_homes()):
         name = _canon(dist.metadata["Name"] or "?")
-        if name in locked:
+        if name in locked or (added_too and name not in BOOTSTRAP):
             for module in _top_level(dist):
                 if not module.startswith("_") and module.lower() not in NOT_MODULES:
                     found.setdefault(module, name)
     return dict(sorted(found.items()))
+
+
+def _added_too(ctx: Context) -> bool:
+    """The distributions the lockfile lacks import too: an image under --lock-match pins (a host's
+    interpreter holds what it likes, and a failure there is not the environment's)."""
+    return ctx.lock_match == "pins" and not ctx.local
 
 
 def _homes() -> list[str]:
@@ -110,6 +125,14 @@ def _unresolved(distribution: str) -> list[str]:
 
 def _remedy(error: str, profile: str, distribution: str = "") -> str:
     missing = MISSING_LIB.search(error)
+    if OTHER_TORCH_BUILD.search(error):
+        index = os.environ.get("ENVBUILD_TORCH_INDEX")
+        where = f"pip install --extra-index-url {index} {distribution or 'NAME'}" if index else "PyPI"
+        return (
+            f"{distribution or 'a package'} was built for another build of torch than this environment's (PyPI's "
+            f"CUDA build beside a CPU or ROCm torch): install the one that pairs with it from where torch came "
+            f"from ({where}), or name it in {profile} (`torchvision: auto`, `torchaudio: auto`)"
+        )
     if missing:
         libs = _unresolved(distribution) or [missing.group("lib")]
         known = sorted({DEBIAN_PACKAGE[lib] for lib in libs if lib in DEBIAN_PACKAGE})
@@ -190,7 +213,8 @@ def check_imports(ctx: Context, r: Result) -> None:
         shown = "; ".join(f"{m} ({modules[m]}): {e.splitlines()[0][:200]}" for m, e in list(failed.items())[:SHOWN])
         more = f"; and {len(failed) - SHOWN} more" if len(failed) > SHOWN else ""
         first = next(iter(failed.items()))
+        which = "" if _added_too(ctx) else "locked "
         raise CheckFailed(
-            f"{len(failed)} of {len(modules)} locked module(s) fail to import: {shown}{more}",
+            f"{len(failed)} of {len(modules)} {which}module(s) fail to import: {shown}{more}",
             _remedy(first[1], str(ctx.expect.get("profile") or "the profile"), modules[first[0]]),
         )
