@@ -127,7 +127,7 @@ def _remedy(error: str, profile: str, distribution: str = "") -> str:
     missing = MISSING_LIB.search(error)
     if OTHER_TORCH_BUILD.search(error):
         index = os.environ.get("ENVBUILD_TORCH_INDEX")
-        where = f"pip install --extra-index-url {index} {distribution or 'NAME'}" if index else "PyPI"
+        where = f"pip install --extra-index-url {index} {distribution or 'NAME'}" if index else "its index or channel"
         return (
             f"{distribution or 'a package'} was built for another build of torch than this environment's (PyPI's "
             f"CUDA build beside a CPU or ROCm torch): install the one that pairs with it from where torch came "
