@@ -284,19 +284,19 @@ def companion_gaps(data: dict[str, Any], indexes: dict[str, dict[str, Any]]) -> 
     torchaudio is not a release there, or is older than the one an earlier patch of that minor
     pairs with: torch 2.15.1 would get 0.29.1 by the patch-number rule, older than 2.15.0's 0.29.2,
     until the data records its pair. `indexes`: PyPI's JSON index of torch, torchvision, torchaudio."""
-    from envbuild.compat import TorchRelease, torchaudio_for, torchvision_for
+    from envbuild.compat import TorchRelease, companions
 
     rows = {r["release"]: TorchRelease.model_validate(r) for r in data["torch"]}
     out: list[tuple[str, str, str, str]] = []
     torches = sorted(_published(indexes["torch"]["releases"]))
-    for name, pick in (("torchvision", torchvision_for), ("torchaudio", torchaudio_for)):
+    for name in ("torchvision", "torchaudio"):
         published = _published(indexes[name]["releases"])
         floor: dict[str, tuple[Version, Version]] = {}  # minor: (its newest companion so far, that torch)
         for torch in torches:
             row = rows.get(f"{torch.major}.{torch.minor}")
             if row is None:
                 continue
-            want = pick(row, str(torch))
+            want = companions(row, str(torch))[name]
             spec = SpecifierSet(f"=={want}")
             found = sorted(v for v in published if v in spec)
             if not found:

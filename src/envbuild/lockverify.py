@@ -50,14 +50,11 @@ def verify(profile: Profile, pins: dict[str, Pin], src: TorchSource, platform: s
         got = numpy.version if numpy else "nothing"
         problems.append(f"numpy: expected {profile.numpy}, the resolver chose {got}")
     row = compat.load().release(profile.torch)
-    for lib, pick in (
-        ("torchvision", compat.torchvision_for),
-        ("torchaudio", compat.torchaudio_for),
-    ):
+    for lib, paired in (compat.companions(row, profile.torch) if row else {}).items():
         wanted = getattr(profile, lib)
-        if not wanted or row is None:
+        if not wanted:
             continue
-        exact = pick(row, profile.torch) if wanted == "auto" else wanted
+        exact = paired if wanted == "auto" else wanted
         pin = pins.get(lib)
         if pin is None or not fnmatch(pin.public_version, exact):
             problems.append(f"{lib}: expected {exact}, the resolver chose {pin.version if pin else 'nothing'}")

@@ -30,14 +30,12 @@ if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ]; then
             echo "envbuild: a \"(constraint)\" in pip's error above, if it names one, is this image's tested torch build or numpy" \
                 "($PIP_CONSTRAINT): change it in the profile and rebuild, or clear it for this install:" \
                 "PIP_CONSTRAINT= pip install ..." >&2
-            named=0  # the index was given: pip could not reach it, or it has no such release
-            for given in "$@"; do
-                case "$given" in *"${ENVBUILD_TORCH_INDEX:-//}"*) named=1 ;; esac
-            done
-            if [ -n "${ENVBUILD_TORCH_INDEX:-}" ] && [ "$named" -eq 0 ]; then
-                echo "envbuild: torchvision and torchaudio for this torch build are on $ENVBUILD_TORCH_INDEX, not on PyPI:" \
-                    "pip install --extra-index-url $ENVBUILD_TORCH_INDEX ..." >&2
-            fi
+            # the index already given: pip could not reach it, or it has no such release
+            case " $* " in
+                *"${ENVBUILD_TORCH_INDEX:-}"*) ;;
+                *) echo "envbuild: torchvision and torchaudio for this torch build are on $ENVBUILD_TORCH_INDEX," \
+                    "not on PyPI: pip install --extra-index-url $ENVBUILD_TORCH_INDEX ..." >&2 ;;
+            esac
         fi
         break
     done
