@@ -31,7 +31,8 @@ def _package(channel: Path, subdir: str, name: str, version: str, build: str, de
 
 
 def make_channel(chan: Path) -> Path:
-    """python 3.11, numpy 2.1.3 and 2.2.0, a CPU and a CUDA pytorch 2.5.1, pip and pillow."""
+    """python 3.11, numpy 2.1.3 and 2.2.0, a CPU and a CUDA pytorch 2.5.1 (and torchvision for
+    each), pip and pillow."""
     import asyncio
 
     from rattler.index import index_fs
@@ -41,6 +42,12 @@ def make_channel(chan: Path) -> Path:
     _package(chan, "linux-64", "numpy", "2.2.0", "py311_0", ["python >=3.11,<3.12"])
     _package(chan, "linux-64", "pytorch", "2.5.1", "cpu_generic_py311_0", ["python >=3.11,<3.12", "numpy >=1.21"])
     _package(chan, "linux-64", "pytorch", "2.5.1", "cuda120_py311_0", ["python >=3.11,<3.12", "__cuda"])
+    # conda-forge's torchvision: one build per torch variant, bound to it
+    _package(chan, "linux-64", "torchvision", "0.20.1", "cpu_py311_0", ["python >=3.11,<3.12", "pytorch 2.5.1 cpu*"])
+    _package(
+        chan, "linux-64", "torchvision", "0.20.1", "cuda120_py311_0", ["python >=3.11,<3.12", "pytorch 2.5.1 cuda*"]
+    )
+    _package(chan, "linux-64", "torchvision", "0.19.1", "cpu_py311_0", ["python >=3.11,<3.12", "pytorch 2.4.1 cpu*"])
     _package(chan, "noarch", "pip", "24.0", "pyh_0", ["python >=3.8"])
     _package(chan, "noarch", "pillow", "11.0.0", "pyh_0", [])
     asyncio.run(index_fs(chan))

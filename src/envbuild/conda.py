@@ -197,9 +197,14 @@ def _pip_entries(
     return entries
 
 
-def verify(prof: Profile, entries: list[dict[str, Any]], subdir: str) -> None:
+def verify(plan: Plan, entries: list[dict[str, Any]], subdir: str) -> None:
+    prof = plan.profile
     by_name = {e["name"]: e for e in entries if e["manager"] == "conda"}
     problems = []
+    for name, version in plan.asked_companions.items():  # the channel's, never a pip package's
+        got = by_name.get(name)
+        if got is None or not _matches(str(got["version"]), version):
+            problems.append(f"{name}: expected {version}, the solver chose {got['version'] if got else 'nothing'}")
     torch = by_name.get("pytorch")
     if torch is None or torch["version"] != prof.torch:
         problems.append(f"pytorch: expected {prof.torch}, the solver chose {torch['version'] if torch else 'nothing'}")
@@ -224,6 +229,11 @@ def verify(prof: Profile, entries: list[dict[str, Any]], subdir: str) -> None:
             f"{prof.name} ({subdir}): the solution does not match the profile; nothing was written:\n  "
             + "\n  ".join(problems)
         )
+
+
+def _matches(version: str, wanted: str) -> bool:
+    """A conda version against a profile's `X.Y.Z` or compat's `X.Y.*`."""
+    return version == wanted or (wanted.endswith(".*") and version.startswith(wanted[:-1]))
 
 
 _CONDA_BINARIES = ("micromamba", "mamba", "conda")
@@ -289,7 +299,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
                 list(plan.pip_specs), prof.python, platform, subdir, plan.source.index_url, plan.source.find_links
             )
     for subdir in subdirs:
-        verify(prof, [e for e in entries if e["platform"] == subdir], subdir)
+        verify(plan, [e for e in entries if e["platform"] == subdir], subdir)
     channels = [{"url": str(c), "used_env_vars": []} for c in prof.channels]
     doc = {
         "version": 1,

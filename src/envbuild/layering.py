@@ -108,6 +108,9 @@ def constraints_head(plan: Plan) -> str:
         f"# torch, torchvision and torchaudio of this build are on {src.canonical_index}, not on PyPI: add one\n"
         f"# with pip install --extra-index-url {src.canonical_index} ...\n"
         if src.route == "index" and plan.profile.flavor == "venv"
+        else "# torchvision and torchaudio for this torch come from its conda channel; PyPI's fail on import beside\n"
+        "# it, so one the environment lacks is held at <0: add `torchvision: auto` (or torchaudio) to the profile.\n"
+        if plan.profile.flavor == "conda"
         else ""
     )
     return (

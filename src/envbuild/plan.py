@@ -25,8 +25,7 @@ TEMPLATE_NAMES = {
     "venv": ("Dockerfile.venv.j2", "requirements.in.j2", "lock-input.toml.j2"),
     "conda": ("Dockerfile.conda.j2", "environment.yml.j2"),
 }
-TEMPLATE_PARTS = ("_apt.j2",)
-"""Imported by the Dockerfile templates, not rendered on their own."""
+TEMPLATE_PARTS = ("_apt.j2",)  # imported by the Dockerfile templates, not rendered on their own
 LOCK_FORMAT = 1
 """Version of what the input digest covers; a change here makes every lockfile stale on purpose."""
 
@@ -70,9 +69,7 @@ def find_links_of(
     )
     links = tuple(f for f in named if not _UNSET.search(os.path.expandvars(f)))
     expanded = tuple(_expand(project, f) for f in links)
-    for raw, path in zip(links, expanded, strict=True):
-        if not strict:
-            break
+    for raw, path in zip(links, expanded, strict=True) if strict else ():
         # a missing folder would otherwise surface late: as a resolution without the local wheels,
         # or as a build whose context lacks the files its lockfile points at
         if "://" not in path and not Path(path).exists():
@@ -158,8 +155,7 @@ def smoke_sources() -> dict[str, str]:
     }
 
 
-# Profile fields that cannot change what a built image contains: where it is pushed, what people
-# read about it, and where the same hash-checked artifacts are fetched from.
+# Profile fields that cannot change an image: where it goes, its text, where its artifacts come from
 _NOT_IN_IMAGE = frozenset({"description", "registry", "index_url", "torch_index", "find_links", "extends"})
 
 
@@ -205,9 +201,8 @@ class Plan:
     @property
     def compile_packages(self) -> tuple[str, ...]:
         """OS packages torch.compile and torch.utils.cpp_extension need at run time: a C/C++ compiler
-        for inductor (and Triton's launcher on GPUs), ninja, which `cpp_extension.load` and
-        `load_inline` build a user's C++ extension with (torch refuses to without it), and, for an
-        OS Python, its headers. Empty when the profile opts out."""
+        for inductor (and Triton's launcher on GPUs), ninja, which `cpp_extension.load` builds a user's
+        C++ extension with (torch refuses to without it), and an OS Python's headers. () if opted out."""
         if not self.profile.compile:
             return ()
         return ("g++", "ninja-build") if self.profile.flavor == "conda" else self.toolchain  # conda has headers
@@ -286,17 +281,25 @@ class Plan:
 
     @property
     def conda_specs(self) -> tuple[str, ...]:
-        """The conda flavor's match specs, in environment.yml's order ("pip" last when pip packages follow)."""
+        """The conda flavor's match specs, in environment.yml's order ("pip" last when pip packages follow).
+        torchvision/torchaudio as the profile asks (its channel's build: PyPI's fail beside its torch)."""
         prof = self.profile
         specs = [f"python={prof.python}", f"numpy={prof.numpy}"]
         if prof.accelerator == "cuda":
             specs += [f"pytorch={prof.torch}=cuda*", f"cuda-version={prof.cuda}"]
         else:
             specs.append(f"pytorch={prof.torch}=cpu*")
+        specs += [f"{n}={v}" for n, v in sorted(self.asked_companions.items())]
         specs += sorted(prof.conda_packages)
         if prof.packages:
             specs.append("pip")
         return tuple(specs)
+
+    @property
+    def asked_companions(self) -> dict[str, str]:
+        """The torchvision/torchaudio the profile asks for, `auto` resolved: {name: version}."""
+        pinned = (r.partition("==") for r in self.requirements)
+        return {n: v for n, _, v in pinned if n in self.torch_family and n != "torch"}
 
     @property
     def pip_specs(self) -> tuple[str, ...]:
@@ -308,10 +311,8 @@ class Plan:
         """sha256 of everything that reaches the image but the lockfile (which the lock-sha256 label
         covers): the profile's fields except those in _NOT_IN_IMAGE (its `base:` and `devel:`
         included), the templates' sources and the smoke package envbuild puts in every image. An
-        image whose io.envbuild.image-digest label differs would be built differently today.
-
-        Not a `--base` option: a one-off the project does not record, so `status` could not
-        compare with it (the image's org.opencontainers.image.base.name label says what was used)."""
+        image whose io.envbuild.image-digest label differs would be built differently today. Not a
+        `--base` option: a one-off the project does not record, which `status` could not compare with."""
         fields = {k: v for k, v in self.profile.model_dump(mode="json").items() if k not in _NOT_IN_IMAGE}
         payload = {
             "profile": fields,

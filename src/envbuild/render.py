@@ -45,10 +45,17 @@ _SAFE_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+:=~@/-]*$")
 
 
 def conda_held(plan: Plan) -> tuple[str, ...]:
-    """What a conda image's constraints.txt holds, by pip's names: the torch family, numpy and triton
-    (torch's compiler). At the versions the environment's metadata gives at build time
+    """What a conda image's constraints.txt holds, by pip's names: torch, numpy and triton (torch's
+    compiler). At the versions the environment's metadata gives at build time
     (envbuild_smoke.constraints): conda-forge's torch can report another than its package's."""
-    return tuple(sorted({*plan.torch_family, "numpy", "triton"}))
+    return tuple(sorted({*plan.torch_family, "numpy", "triton"} - set(conda_channel_only(plan))))
+
+
+def conda_channel_only(plan: Plan) -> tuple[str, ...]:
+    """torchvision and torchaudio: held as installed, or, where the environment lacks one, at `<0`.
+    PyPI's are built for PyPI's torch and fail on import beside a conda channel's ("operator
+    torchvision::nms does not exist"), and pip took them without a word."""
+    return tuple(sorted(name for name, _ in plan.companions))
 
 
 def _dq(value: object) -> str:
@@ -132,6 +139,7 @@ def context(
         "requirements": list(plan.requirements),
         "torch_family_names": list(plan.torch_family),
         "conda_held": list(conda_held(plan)) if profile.flavor == "conda" else [],
+        "conda_channel_only": list(conda_channel_only(plan)) if profile.flavor == "conda" else [],
         "source": plan.source,
         "build_tag": profile.build_tag,
         "channels": profile.channels,

@@ -161,7 +161,9 @@ def test_a_conda_profile_locks_its_runtime_os_packages_and_the_build_pins_them(t
     held = (ctx / "smoke" / "constraints.txt").read_text()
     assert held.startswith("# The tested torch build and numpy of envbuild profile cpu-py311-conda")
     assert "==" not in held
-    assert "envbuild_smoke.constraints --append /opt/envbuild/constraints.txt numpy torch triton\n" in runtime
+    held_by_build = "--append /opt/envbuild/constraints.txt numpy torch triton --channel-only torchaudio torchvision\n"
+    assert f"envbuild_smoke.constraints {held_by_build}" in runtime
+    assert "held at <0: add `torchvision: auto` (or torchaudio) to the profile" in held
     assert "PIP_CONSTRAINT=/opt/envbuild/constraints.txt" in runtime
 
     # a changed `apt:` list makes apt.lock stale, and the build refuses it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,29 @@ def test_conda_lock_against_local_channel_reads_back_with_conda_lock(tmp_path: P
     torch = next(p for p in parsed.package if p.name == "pytorch")
     assert "cpu_generic" in torch.url and torch.hash.sha256
     assert lock.check(proj, ["cpu-py311-conda"]) == []
+
+
+def test_a_conda_profiles_torchvision_comes_from_its_channel_in_torchs_build(tmp_path: Path, channel: Path) -> None:
+    """`torchvision: auto` on a conda profile was dropped from environment.yml without a word: the
+    image had no torchvision, and `pip install torchvision` then took PyPI's, built for PyPI's torch."""
+    import yaml
+
+    from envbuild import conda, validate
+    from envbuild import plan as plan_mod
+
+    root = conda_project(tmp_path / "proj", channel, extra="torchvision: auto\n")
+    proj = open_project(str(root))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311-conda"))
+    assert "torchvision=0.20.1" in plan.conda_specs and plan.asked_companions == {"torchvision": "0.20.1"}
+    outcome = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
+    assert outcome.state == "locked", outcome.message
+    text = (root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml").read_text()
+    [vision] = [p for p in yaml.safe_load(text)["package"] if p["name"] == "torchvision"]
+    assert (vision["version"], vision["manager"]) == ("0.20.1", "conda") and "cpu_py311" in vision["url"]
+    # a solution without it (another solver's, an edited one) is refused with what is missing
+    entries = [p for p in yaml.safe_load(text)["package"] if p["name"] != "torchvision"]
+    with pytest.raises(LockError, match=r"torchvision: expected 0\.20\.1, the solver chose nothing"):
+        conda.verify(plan, entries, "linux-64")
 
 
 def test_conda_lock_unsolvable_writes_nothing(tmp_path: Path, channel: Path) -> None:
@@ -103,3 +127,48 @@ def test_a_conda_lock_with_a_swapped_url_and_hash_is_edited_and_an_older_format_
         )
     )
     assert freshness.query(proj, plan).state == "fresh"
+
+
+def _wheel(folder: Path, name: str, version: str) -> None:
+    """A pure-Python wheel with only its metadata: enough for a resolver to choose it or not."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{info}/RECORD", "")
+
+
+def test_uv_in_a_conda_image_refuses_a_torchvision_it_lacks_and_installs_the_rest(
+    tmp_path: Path, channel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image's constraints.txt (UV_CONSTRAINT: every install reads it) as the build writes it for a
+    profile without torchvision: uv, offline against a wheel folder, refuses torchvision by the `<0`
+    line and resolves anything else as before."""
+    from envbuild import layering, uvtool, validate
+    from envbuild import plan as plan_mod
+    from envbuild.smoke.inside import constraints
+
+    proj = open_project(str(conda_project(tmp_path / "proj", channel)))
+    plan = plan_mod.make(proj, validate.load_named(proj, "cpu-py311-conda"))
+    held = tmp_path / "constraints.txt"
+    held.write_text(layering.constraints_head(plan))
+    site = tmp_path / "site" / "torch-2.5.1.dist-info"  # the environment's torch, as its metadata reads
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.5.1\n")
+    monkeypatch.syspath_prepend(str(site.parent))
+    assert constraints.main(["--append", str(held), "torch", "--channel-only", "torchaudio", "torchvision"]) == 0
+    assert held.read_text().endswith("\ntorch==2.5.1\ntorchaudio<0\ntorchvision<0\n")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "torchvision", "0.20.1")
+    _wheel(wheels, "einops", "0.8.1")
+    for want, ok in (("torchvision", False), ("einops", True)):
+        (tmp_path / "r.in").write_text(f"{want}\n")
+        args = ["pip", "compile", "r.in", "--no-index", "--find-links", str(wheels), "-c", str(held), "--quiet"]
+        proc = subprocess.run(
+            [uvtool.binary(), *args], cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120
+        )
+        assert (proc.returncode == 0) is ok, proc.stderr
+        assert ok or "torchvision<0" in proc.stderr

@@ -908,6 +908,12 @@ def test_a_conda_images_constraints_are_the_environments_own_versions(
     # an environment without torch is not an image to hold anything for: the build step fails
     assert constraints.main(["--append", str(held), "envbuild-no-such-dist"]) == 1
     assert held.read_text().count("==") == 2
+    # torchvision and torchaudio: as installed (the channel's), else at <0: PyPI's builds fail on
+    # import beside a conda torch, and pip took them without a word
+    held.write_text("")
+    argv = ["--append", str(held), "torch", "--channel-only", "envbuild-no-such-dist", "numpy"]
+    assert constraints.main(argv) == 0
+    assert held.read_text() == "torch==2.5.1.post108\nenvbuild-no-such-dist<0\nnumpy==2.1.3\n"
 
 
 def _importable(folder: Path, modules: dict[str, str]) -> None:

@@ -129,6 +129,29 @@ def test_a_failed_install_in_an_index_builds_image_names_the_index(
 
 
 @pytest.mark.parametrize(
+    ("env", "hinted"),
+    [
+        ({"CONDA_PREFIX": "/opt/env"}, True),
+        ({"CONDA_PREFIX": "/opt/env", "PIP_CONSTRAINT": ""}, False),  # cleared: pip's conflict is its own
+        ({}, False),  # a venv image of PyPI's torch: its torchvision is PyPI's too
+    ],
+)
+def test_a_failed_install_in_a_conda_image_says_its_torchvision_comes_from_the_profile(
+    tmp_path: Path, env: dict[str, str], hinted: bool
+) -> None:
+    """A conda image holds a torchvision it lacks at <0 (PyPI's fails beside conda-forge's torch): the
+    wrapper says the fix is in the profile, not an index (there is none for conda-forge's build)."""
+    env = {"PIP_CONSTRAINT": "/opt/envbuild/constraints.txt", **env}
+    out = _image_pip(tmp_path, 0, ["install", "timm"], 1, writable=False, **env)
+    assert out.returncode == 1
+    fix = (
+        'come from its conda channel, and PyPI\'s fail on import beside it (a "<0" constraint): add `torchvision: auto`'
+    )
+    assert (fix in out.stderr) is hinted, out.stderr
+    assert "--extra-index-url" not in out.stderr
+
+
+@pytest.mark.parametrize(
     ("uid", "args", "code", "hinted"),
     [
         (4242, ["install", "tqdm"], 1, True),

@@ -30,12 +30,18 @@ if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ]; then
             echo "envbuild: a \"(constraint)\" in pip's error above, if it names one, is this image's tested torch build or numpy" \
                 "($PIP_CONSTRAINT): change it in the profile and rebuild, or clear it for this install:" \
                 "PIP_CONSTRAINT= pip install ..." >&2
-            # the index already given: pip could not reach it, or it has no such release
-            case " $* " in
-                *"${ENVBUILD_TORCH_INDEX:-}"*) ;;
-                *) echo "envbuild: torchvision and torchaudio for this torch build are on $ENVBUILD_TORCH_INDEX," \
-                    "not on PyPI: pip install --extra-index-url $ENVBUILD_TORCH_INDEX ..." >&2 ;;
-            esac
+            if [ -n "${ENVBUILD_TORCH_INDEX:-}" ]; then
+                # the index already given: pip could not reach it, or it has no such release
+                case " $* " in
+                    *"$ENVBUILD_TORCH_INDEX"*) ;;
+                    *) echo "envbuild: torchvision and torchaudio for this torch build are on $ENVBUILD_TORCH_INDEX," \
+                        "not on PyPI: pip install --extra-index-url $ENVBUILD_TORCH_INDEX ..." >&2 ;;
+                esac
+            elif [ -n "${CONDA_PREFIX:-}" ]; then
+                echo "envbuild: torchvision and torchaudio for this torch come from its conda channel, and PyPI's" \
+                    "fail on import beside it (a \"<0\" constraint): add \`torchvision: auto\` (or torchaudio)" \
+                    "to the profile and rebuild" >&2
+            fi
         fi
         break
     done
