@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import yaml
-from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from envbuild import fetchfail, lockfile, render, tmpdirs, uvtool
+from envbuild import condapip, fetchfail, lockfile, render, tmpdirs
 from envbuild.errors import LockError
 from envbuild.freshness import lock_dir
 from envbuild.fsutil import atomic_write_many
 from envbuild.lockopts import LockOptions, LockOutcome
-from envbuild.names import CONDA_SUBDIRS, PLATFORM_TAGS
+from envbuild.names import CONDA_SUBDIRS
 from envbuild.plan import Plan
 from envbuild.proc import check_cancelled, run
 from envbuild.profile import Profile
@@ -112,89 +110,6 @@ def _conda_entry(rec: Any, subdir: str) -> dict[str, Any]:
         "category": "main",
         "optional": False,
     }
-
-
-def _wheel_tags(python: str, platform: str) -> list[Tag]:
-    major, minor = (int(x) for x in python.split("."))
-    plats = [f"manylinux_2_{n}_{platform}" for n in range(28, 4, -1)] + [
-        f"manylinux2014_{platform}",
-        f"linux_{platform}",
-    ]
-    return [
-        *cpython_tags((major, minor), platforms=plats),
-        *compatible_tags((major, minor), platforms=plats),
-    ]
-
-
-def pick_wheel(wheels: list[dict[str, Any]], python: str, platform: str) -> dict[str, Any] | None:
-    """The best wheel of a pylock package for this interpreter and platform."""
-    priority = {tag: i for i, tag in enumerate(_wheel_tags(python, platform))}
-    best: tuple[int, dict[str, Any]] | None = None
-    for wheel in wheels:
-        try:
-            _, _, _, tags = parse_wheel_filename(wheel["url"].rsplit("/", 1)[-1])
-        except (InvalidWheelFilename, KeyError):
-            continue
-        rank = min((priority[t] for t in tags if t in priority), default=None)
-        if rank is not None and (best is None or rank < best[0]):
-            best = (rank, wheel)
-    return best[1] if best else None
-
-
-def _pip_entries(
-    pip_specs: list[str], python: str, platform: str, subdir: str, index_url: str, find_links: tuple[str, ...]
-) -> list[dict[str, Any]]:
-    if not pip_specs:
-        return []
-    from envbuild._compat import tomllib
-
-    with tmpdirs.private("conda-pip") as tmp:
-        work = Path(tmp)
-        (work / "requirements.in").write_text("\n".join(pip_specs) + "\n")
-        args = [
-            "pip",
-            "compile",
-            "requirements.in",
-            "-o",
-            "pylock.toml",
-            "--format",
-            "pylock.toml",
-            "--python-version",
-            python,
-            "--python-platform",
-            PLATFORM_TAGS[platform],
-            "--no-header",
-            "--no-config",
-            "--no-python-downloads",
-            "--quiet",
-            "--index-url",
-            index_url,
-        ]
-        for link in find_links:
-            args += ["--find-links", link]
-        uvtool.run(args, error=LockError, cwd=work)
-        data = tomllib.loads((work / "pylock.toml").read_text())
-    entries = []
-    for pkg in data.get("packages", []):
-        wheel = pick_wheel(pkg.get("wheels", []), python, platform)
-        if wheel is None:
-            raise LockError(
-                f"pip package {pkg['name']} {pkg['version']} has no wheel for Python {python} on {platform}"
-            )
-        entries.append(
-            {
-                "name": pkg["name"],
-                "version": pkg["version"],
-                "manager": "pip",
-                "platform": subdir,
-                "dependencies": {},
-                "url": wheel["url"],
-                "hash": {"sha256": wheel["hashes"]["sha256"]},
-                "category": "main",
-                "optional": False,
-            }
-        )
-    return entries
 
 
 def verify(plan: Plan, entries: list[dict[str, Any]], subdir: str) -> None:
@@ -295,9 +210,9 @@ def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:
             records = solve_rattler(plan, subdir, platform)
             conda_entries = sorted((_conda_entry(r, subdir) for r in records), key=lambda e: e["name"])
             entries += conda_entries
-            entries += _pip_entries(
-                list(plan.pip_specs), prof.python, platform, subdir, plan.source.index_url, plan.source.find_links
-            )
+            source = (plan.source.index_url, plan.source.find_links)
+            installed = condapip.provided(conda_entries)
+            entries += condapip.entries(list(plan.pip_specs), prof.python, platform, subdir, source, installed)
     for subdir in subdirs:
         verify(plan, [e for e in entries if e["platform"] == subdir], subdir)
     channels = [{"url": str(c), "used_env_vars": []} for c in prof.channels]

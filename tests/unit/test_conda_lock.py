@@ -60,6 +60,47 @@ def test_a_conda_profiles_torchvision_comes_from_its_channel_in_torchs_build(tmp
         conda.verify(plan, entries, "linux-64")
 
 
+def test_a_conda_profiles_pip_packages_resolve_around_the_conda_solution(tmp_path: Path, channel: Path) -> None:
+    """uv alone locked PyPI's torch (and its CUDA wheels) as pip packages of a conda profile whose pip
+    package needed torch: the build would have put them over the channel's torch 2.5.1. The conda
+    solution's Python packages are taken as installed; a companion only PyPI would give is refused."""
+    import yaml
+
+    wheels, simple = tmp_path / "wheels", tmp_path / "simple"  # an index with nothing: offline
+    wheels.mkdir()
+    simple.mkdir()
+    _wheel(wheels, "visionkit", "1.0", ["torch>=2.0", "torchvision", "tqdm", "numpy<2.2"])
+    _wheel(wheels, "tqdm", "4.0")
+    _wheel(wheels, "torchvision", "0.29.2", ["torch"])
+    _wheel(wheels, "torch", "2.15.0", ["nvidia-cublas"])  # PyPI's: never to be chosen
+    extra = f'packages: ["visionkit==1.0"]\nindex_url: "{simple.as_uri()}"\nfind_links: ["{wheels}"]\n'
+    root = conda_project(tmp_path / "proj", channel, extra=extra)
+    proj = open_project(str(root))
+    refused = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
+    assert refused.state == "failed" and isinstance(refused.error, LockError)
+    assert "they pull in torchvision 0.29.2 from PyPI" in refused.message
+    assert refused.error.hint and "add `torchvision: auto` to the profile" in refused.error.hint
+    assert not (root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml").exists()
+
+    with (root / "profiles" / "cpu-py311-conda.yaml").open("a") as fh:
+        fh.write("torchvision: auto\n")
+    outcome = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
+    assert outcome.state == "locked", outcome.message
+    packages = yaml.safe_load((root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml").read_text())["package"]
+    assert sorted(p["name"] for p in packages if p["manager"] == "pip") == ["tqdm", "visionkit"]
+    assert {(p["name"], p["version"]) for p in packages if p["manager"] == "conda"} >= {
+        ("pytorch", "2.5.1"),
+        ("torchvision", "0.20.1"),
+        ("numpy", "2.1.3"),
+    }
+    # the channel's numpy is the only one a pip package gets: one that needs another fails, named
+    _wheel(wheels, "oldkit", "1.0", ["numpy<2"])
+    prof = root / "profiles" / "cpu-py311-conda.yaml"
+    prof.write_text(prof.read_text().replace("visionkit==1.0", "oldkit==1.0"))
+    conflict = lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
+    assert conflict.state == "failed" and "oldkit depend on numpy<2" in conflict.message, conflict.message
+
+
 def test_conda_lock_unsolvable_writes_nothing(tmp_path: Path, channel: Path) -> None:
     root = conda_project(tmp_path / "proj", channel, torch="2.4.1")
     outcome = lock.lock_one(open_project(str(root)), "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
@@ -129,13 +170,14 @@ def test_a_conda_lock_with_a_swapped_url_and_hash_is_edited_and_an_older_format_
     assert freshness.query(proj, plan).state == "fresh"
 
 
-def _wheel(folder: Path, name: str, version: str) -> None:
+def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] | list[str] = ()) -> None:
     """A pure-Python wheel with only its metadata: enough for a resolver to choose it or not."""
     import zipfile
 
     info = f"{name}-{version}.dist-info"
+    deps = "".join(f"Requires-Dist: {r}\n" for r in requires)
     with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
-        whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{deps}")
         whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         whl.writestr(f"{info}/RECORD", "")
 
