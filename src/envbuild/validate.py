@@ -291,6 +291,14 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
             name,
         )
     if data.get("flavor") == "conda":
+        if data.get("accelerator") == "rocm":  # conda_specs would ask for a CPU torch, without a word
+            ld.add(
+                "error",
+                "flavor",
+                "conda channels have no ROCm build of torch (conda-forge's pytorch is CPU or CUDA)",
+                "use flavor: venv, which installs the PyTorch index's ROCm wheels",
+                "conda",
+            )
         torch = _str(data, "torch", bad)
         channels = _list(data, "channels") or ["conda-forge"]
         if torch and "pytorch" in channels and _ver(torch) >= _ver("2.6"):

@@ -248,6 +248,28 @@ def test_pytorch_conda_channel_after_2_5(write_profile: Callable[..., Path]) -> 
     assert "the pytorch conda channel stopped after 2.5" in only_error(path)
 
 
+def test_a_rocm_conda_profile_is_refused_not_locked_with_a_cpu_torch(write_profile: Callable[..., Path]) -> None:
+    """conda_specs asks for `pytorch=X=cuda*` or `=cpu*`: a ROCm profile got a CPU torch, and only
+    the smoke test of the built image would have said so."""
+    path = write_profile(
+        "rocm63-py312",
+        name="rocm63-py312",
+        accelerator="rocm",
+        cuda=None,
+        rocm="6.3",
+        python="3.12",
+        torch="2.7.1",
+        torchvision=None,
+        numpy="2.2.6",
+        flavor="conda",
+    )
+    flavor_line = path.read_text().splitlines().index("flavor: conda") + 1
+    assert only_error(path) == (
+        f"{path.name}:{flavor_line}: flavor: conda channels have no ROCm build of torch "
+        "(conda-forge's pytorch is CPU or CUDA); use flavor: venv, which installs the PyTorch index's ROCm wheels"
+    )
+
+
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
