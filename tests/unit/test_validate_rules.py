@@ -270,6 +270,25 @@ def test_a_rocm_conda_profile_is_refused_not_locked_with_a_cpu_torch(write_profi
     )
 
 
+def test_a_conda_profiles_torch_index_is_named_as_unused(write_profile: Callable[..., Path]) -> None:
+    """A mirror of the PyTorch index on a conda profile was silently never asked."""
+    path = write_profile(
+        "cpu-py312",
+        name="cpu-py312",
+        accelerator="cpu",
+        cuda=None,
+        python="3.12",
+        torch="2.5.1",
+        torchvision=None,
+        numpy="2.1.3",
+        flavor="conda",
+        torch_index="https://mirror.example/whl/cpu",
+    )
+    loaded = validate.check(path)
+    assert loaded.errors == [] and [w.field for w in loaded.warnings] == ["torch_index"]
+    assert "this index is never asked" in loaded.warnings[0].message
+
+
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
