@@ -1,4 +1,5 @@
-"""validate's rules about the profile's package lists: `packages` and `build_requires`."""
+"""validate's rules about what a profile installs: `packages`, `build_requires`, and the fields
+that only one flavor reads (a field the other flavor would drop without a word)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,43 @@ from envbuild.profilefile import Loaded
 
 def check(ld: Loaded, data: dict[str, Any]) -> None:
     _listed_twice(ld, data)
-    if data.get("flavor") == "conda" and data.get("build_requires"):
+    if data.get("flavor") == "conda":
+        _conda_only(ld, data)
+    elif data.get("conda_packages"):
+        ld.add(
+            "error",
+            "conda_packages",
+            "is for conda profiles: a venv profile installs no conda package, so these would be left out",
+            "an OS package goes in apt:, a Python one in packages:; or use flavor: conda",
+            ", ".join(map(str, data["conda_packages"])) if isinstance(data["conda_packages"], list) else None,
+        )
+    elif "channels" in data:
+        ld.add("warning", "channels", "is for conda profiles: a venv profile never asks them", "remove it")
+
+
+def _conda_only(ld: Loaded, data: dict[str, Any]) -> None:
+    if data.get("build_requires"):
         ld.add(
             "error",
             "build_requires",
             "is for venv profiles: a conda environment's packages come built from conda-forge",
             "remove it, or use flavor: venv",
+        )
+    if data.get("accelerator") == "rocm":  # conda_specs would ask for a CPU torch, without a word
+        ld.add(
+            "error",
+            "flavor",
+            "conda channels have no ROCm build of torch (conda-forge's pytorch is CPU or CUDA)",
+            "use flavor: venv, which installs the PyTorch index's ROCm wheels",
+            "conda",
+        )
+    if data.get("torch_index"):
+        ld.add(
+            "warning",
+            "torch_index",
+            "a conda profile's torch comes from its channels: this index is never asked",
+            "remove it; for a mirror, set channels: to the mirror's URL",
+            str(data["torch_index"]),
         )
 
 

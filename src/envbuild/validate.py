@@ -291,22 +291,6 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
             name,
         )
     if data.get("flavor") == "conda":
-        if data.get("accelerator") == "rocm":  # conda_specs would ask for a CPU torch, without a word
-            ld.add(
-                "error",
-                "flavor",
-                "conda channels have no ROCm build of torch (conda-forge's pytorch is CPU or CUDA)",
-                "use flavor: venv, which installs the PyTorch index's ROCm wheels",
-                "conda",
-            )
-        if data.get("torch_index"):
-            ld.add(
-                "warning",
-                "torch_index",
-                "a conda profile's torch comes from its channels: this index is never asked",
-                "remove it; for a mirror, set channels: to the mirror's URL",
-                str(data["torch_index"]),
-            )
         torch = _str(data, "torch", bad)
         channels = _list(data, "channels") or ["conda-forge"]
         if torch and "pytorch" in channels and _ver(torch) >= _ver("2.6"):

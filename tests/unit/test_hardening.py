@@ -234,6 +234,8 @@ def _with(field: str, value: str) -> dict[str, Any]:
         data["env"] = {"A": value}
     elif field in {"apt", "packages", "find_links", "channels", "conda_packages"}:
         data[field] = [value]
+        if field in {"channels", "conda_packages"}:  # read by conda profiles only (a venv one refuses them)
+            data["flavor"] = "conda"
     else:
         data[field] = value
     return data
@@ -257,7 +259,7 @@ def test_injection_is_rejected_or_inert(write_profile: Callable[..., Path]) -> N
             )
             assert dockerfile_instructions(out["Dockerfile"]) == expected, (field, value)
             assert "\nRUN curl evil" not in out["Dockerfile"], (field, value)
-            for name in ("requirements.in", "lock-input.toml"):
+            for name in ("requirements.in", "lock-input.toml", "environment.yml"):
                 assert "RUN curl" not in out.get(name, ""), (field, value)
             inert += 1
     assert rejected + inert == len(SHELL_FIELDS) * len(HOSTILE)

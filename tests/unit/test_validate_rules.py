@@ -270,6 +270,15 @@ def test_a_rocm_conda_profile_is_refused_not_locked_with_a_cpu_torch(write_profi
     )
 
 
+def test_a_venv_profiles_conda_fields_are_named_not_dropped(write_profile: Callable[..., Path]) -> None:
+    """`conda_packages: [ffmpeg]` on a venv profile validated, and the image had no ffmpeg."""
+    path = write_profile(conda_packages=["ffmpeg"])
+    assert "conda_packages: is for conda profiles: a venv profile installs no conda package" in only_error(path)
+    assert "an OS package goes in apt:" in only_error(path)
+    loaded = validate.check(write_profile(channels=["conda-forge"]))
+    assert loaded.errors == [] and [w.field for w in loaded.warnings] == ["channels"]
+
+
 def test_a_conda_profiles_torch_index_is_named_as_unused(write_profile: Callable[..., Path]) -> None:
     """A mirror of the PyTorch index on a conda profile was silently never asked."""
     path = write_profile(
