@@ -281,8 +281,16 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
             f"the merged profile has {values:,} list and table entries, over the {MAX_NODES:,} one file may hold",
             "keep env, packages and apt to what the image needs; the limit holds across `extends` too",
         )
-    name = data.get("name")
-    if isinstance(name, str) and name.endswith("-devel") and "devel" not in data:
+    name, cuda = data.get("name"), data.get("accelerator") == "cuda"
+    if data.get("devel") is True and not cuda:  # base_of takes NVIDIA's devel image for CUDA only
+        ld.add(
+            "warning",
+            "devel",
+            "is for CUDA profiles (NVIDIA's devel image, with nvcc): this image gets the default base",
+            "remove it; compile: true (the default) gives g++, ninja and the Python headers for C++ extensions",
+            True,
+        )
+    if cuda and isinstance(name, str) and name.endswith("-devel") and "devel" not in data:
         ld.add(
             "warning",
             "name",

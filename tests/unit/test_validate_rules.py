@@ -279,6 +279,14 @@ def test_a_venv_profiles_conda_fields_are_named_not_dropped(write_profile: Calla
     assert loaded.errors == [] and [w.field for w in loaded.warnings] == ["channels"]
 
 
+def test_devel_on_a_cpu_profile_is_named_as_unused(write_profile: Callable[..., Path]) -> None:
+    """`devel: true` picks NVIDIA's devel image for CUDA only: a CPU profile kept its base silently."""
+    path = write_profile("cpu-py311", name="cpu-py311", accelerator="cpu", cuda=None, devel=True)
+    loaded = validate.check(path)
+    assert loaded.errors == [] and [w.field for w in loaded.warnings] == ["devel"]
+    assert "is for CUDA profiles" in loaded.warnings[0].message
+
+
 def test_a_conda_profiles_torch_index_is_named_as_unused(write_profile: Callable[..., Path]) -> None:
     """A mirror of the PyTorch index on a conda profile was silently never asked."""
     path = write_profile(
