@@ -232,37 +232,23 @@ def test_unverified_release_warns(write_profile: Callable[..., Path]) -> None:
     assert any("unverified" in w.message for w in loaded.warnings)
 
 
+def _conda(write_profile: Callable[..., Path], build: str = "cpu", **fields: object) -> Path:
+    """A conda profile for Python 3.12 and torch 2.7.1 on `build` (cpu, rocm63), with `fields` over it."""
+    accel = {"accelerator": "rocm", "rocm": "6.3"} if build.startswith("rocm") else {"accelerator": "cpu"}
+    name = f"{build}-py312"
+    base = {"name": name, "cuda": None, "python": "3.12", "torch": "2.7.1", "torchvision": None, "numpy": "2.2.6"}
+    return write_profile(name, **{**base, **accel, "flavor": "conda", **fields})
+
+
 def test_pytorch_conda_channel_after_2_5(write_profile: Callable[..., Path]) -> None:
-    path = write_profile(
-        "cpu-py312",
-        name="cpu-py312",
-        accelerator="cpu",
-        cuda=None,
-        python="3.12",
-        torch="2.7.1",
-        torchvision=None,
-        numpy="2.2.6",
-        flavor="conda",
-        channels=["pytorch"],
-    )
+    path = _conda(write_profile, channels=["pytorch"])
     assert "the pytorch conda channel stopped after 2.5" in only_error(path)
 
 
 def test_a_rocm_conda_profile_is_refused_not_locked_with_a_cpu_torch(write_profile: Callable[..., Path]) -> None:
     """conda_specs asks for `pytorch=X=cuda*` or `=cpu*`: a ROCm profile got a CPU torch, and only
     the smoke test of the built image would have said so."""
-    path = write_profile(
-        "rocm63-py312",
-        name="rocm63-py312",
-        accelerator="rocm",
-        cuda=None,
-        rocm="6.3",
-        python="3.12",
-        torch="2.7.1",
-        torchvision=None,
-        numpy="2.2.6",
-        flavor="conda",
-    )
+    path = _conda(write_profile, "rocm63")
     flavor_line = path.read_text().splitlines().index("flavor: conda") + 1
     assert only_error(path) == (
         f"{path.name}:{flavor_line}: flavor: conda channels have no ROCm build of torch "
@@ -289,18 +275,7 @@ def test_devel_on_a_cpu_profile_is_named_as_unused(write_profile: Callable[..., 
 
 def test_a_conda_profiles_torch_index_is_named_as_unused(write_profile: Callable[..., Path]) -> None:
     """A mirror of the PyTorch index on a conda profile was silently never asked."""
-    path = write_profile(
-        "cpu-py312",
-        name="cpu-py312",
-        accelerator="cpu",
-        cuda=None,
-        python="3.12",
-        torch="2.5.1",
-        torchvision=None,
-        numpy="2.1.3",
-        flavor="conda",
-        torch_index="https://mirror.example/whl/cpu",
-    )
+    path = _conda(write_profile, torch_index="https://mirror.example/whl/cpu")
     loaded = validate.check(path)
     assert loaded.errors == [] and [w.field for w in loaded.warnings] == ["torch_index"]
     assert "this index is never asked" in loaded.warnings[0].message
