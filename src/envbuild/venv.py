@@ -79,6 +79,13 @@ def create(
     events: Events | None = None,
 ) -> dict[str, object]:
     say = events or quiet
+    if prof.flavor == "conda":  # uv read conda-lock.yml as a requirements file and failed on line 2
+        lock = project.rel(freshness.lock_dir(project, prof.name) / "conda-lock.yml")
+        raise UsageError(
+            f"{prof.name} is a conda profile: `envbuild venv` makes a Python venv from a venv profile's lockfile",
+            hint=f"create its environment with `micromamba create -p {target} -f {lock}` (or `conda-lock install "
+            f"-p {target} {lock}`)",
+        )
     check_target(target, force)
     plan = plan_mod.make(project, prof, options)
     facts = probe(python) if python else probe(find_python(prof))

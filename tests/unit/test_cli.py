@@ -442,6 +442,16 @@ def test_venv_into_a_file_is_refused_before_any_work(cli: Cli, project: Path, tm
     assert target.read_text() == "data"
 
 
+def test_venv_of_a_conda_profile_names_the_tool_that_makes_it(cli: Cli, project: Path, tmp_path: Path) -> None:
+    """uv was handed conda-lock.yml as a requirements file: "Couldn't parse requirement ...
+    content_hash:", fix "uv's message above says why"."""
+    target = tmp_path / "env"
+    res = cli("venv", "cpu-py311-conda", str(target), "--project", str(project))
+    assert res.code == 2 and "cpu-py311-conda is a conda profile" in res.err, res.err
+    assert f"micromamba create -p {target} -f lockfiles/cpu-py311-conda/conda-lock.yml" in res.err
+    assert not target.exists()
+
+
 @pytest.mark.parametrize(
     ("value", "why"),
     [("/nonexistent/python3", "does not exist"), ("python9.9", "is not on PATH"), ("/", "is a folder")],
