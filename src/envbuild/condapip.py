@@ -44,6 +44,15 @@ def provided(conda_entries: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def installed(entries: list[dict[str, Any]], subdir: str) -> dict[str, str]:
+    """{PyPI name: version} of every Python distribution a conda lock installs on `subdir`: its pip
+    packages, and its conda packages that are Python's (`provided`)."""
+    mine = [e for e in entries if e.get("platform") == subdir]
+    out = provided([e for e in mine if e.get("manager") == "conda"])
+    out.update({canonicalize_name(str(e["name"])): str(e["version"]) for e in mine if e.get("manager") == "pip"})
+    return out
+
+
 def _stand_in(folder: Path, name: str, version: str) -> Path:
     """A wheel with only the metadata uv reads: `name` `version`, no dependencies."""
     info = f"{name.replace('-', '_')}-{version}.dist-info"

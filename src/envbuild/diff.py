@@ -12,10 +12,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from envbuild import engine, freshness, validate
+from envbuild import condapip, engine, freshness, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import ImageMissing, UsageError
-from envbuild.names import LABEL_PROFILE, MANIFEST_PATH, canonical
+from envbuild.names import CONDA_SUBDIRS, LABEL_PROFILE, MANIFEST_PATH, canonical
 from envbuild.project import Project
 
 # only installed distributions: directly in site-packages (setuptools vendors its own dist-info deeper)
@@ -91,6 +91,8 @@ def _lock_side(project: Project, name: str) -> Side:
     # with an apt.lock, the OS packages of the finished image are known too: the base's and the runtime stage's
     os_packages = snap.apt.packages("runtime") if snap.apt else None
     pins = {p.name: p.version for p in snap.pins.values()}
+    if prof.flavor == "conda":  # its pip packages and the conda packages that are Python's
+        pins = condapip.installed(snap.conda_packages, CONDA_SUBDIRS[prof.platforms[0]])
     return Side(f"{name} (lockfile)", "lockfile", pins, os_packages, profile=name)
 
 

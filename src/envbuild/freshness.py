@@ -53,6 +53,16 @@ class LockSnapshot:
         """The packages pylock.toml has no wheel of, only an sdist: the build makes their wheels."""
         return sdist_only(self.pylock_text)
 
+    @functools.cached_property
+    def conda_packages(self) -> list[dict[str, Any]]:
+        """conda-lock.yml's package entries, every platform's (conda flavor; [] for venv)."""
+        if self.record.route != "conda":
+            return []
+        import yaml
+
+        doc = yaml.safe_load(self.text)
+        return [e for e in doc["package"] if isinstance(e, dict)]
+
     @property
     def apt_sha256(self) -> str:
         return lock_sha256(self.apt_text) if self.apt_text else ""

@@ -21,13 +21,16 @@ from envbuild.lockfile import Pin
 SCHEMA = "1.6"
 
 
-def _component(name: str, version: str, *, kind: str, sha256: list[str] | None = None, url: str = "") -> Any:
+def _component(
+    name: str, version: str, *, kind: str, sha256: list[str] | None = None, url: str = "", md5: str = ""
+) -> Any:
     from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, XsUri
     from cyclonedx.model.component import Component, ComponentType
     from packageurl import PackageURL
 
     purl = PackageURL(type=kind, name=name, version=version)
     hashes = [HashType(alg=HashAlgorithm.SHA_256, content=h) for h in sorted(sha256 or [])]
+    hashes += [HashType(alg=HashAlgorithm.MD5, content=md5)] if md5 else []
     component = Component(
         name=name, version=version, type=ComponentType.LIBRARY, purl=purl, bom_ref=str(purl), hashes=hashes
     )
@@ -49,6 +52,19 @@ def _deb(name: str, version: str, deb: Deb | None) -> Any:
     return _component(name, version, kind="deb", sha256=[deb.sha256], url=deb.url)
 
 
+def _conda(entry: dict[str, Any]) -> Any:
+    """A conda-lock entry: pkg:conda, its md5 and sha256, and its package URL."""
+    sums = entry.get("hash") or {}
+    return _component(
+        str(entry["name"]),
+        str(entry["version"]),
+        kind="conda",
+        sha256=[sums["sha256"]] if sums.get("sha256") else [],
+        url=str(entry.get("url", "")),
+        md5=str(sums.get("md5", "")),
+    )
+
+
 def document(
     target: str,
     distributions: dict[str, str],
@@ -58,6 +74,7 @@ def document(
     when: datetime.datetime | None = None,
     *,
     check: bool = True,
+    conda: list[dict[str, Any]] | None = None,
 ) -> str:
     """The CycloneDX JSON of an environment, validated before it is returned unless `check` is
     False: the caller then validates it itself before the document is used (`build` does while the
@@ -68,6 +85,7 @@ def document(
 
     top = Component(name=target, version=__version__, type=ComponentType.CONTAINER, bom_ref=f"envbuild:{target}")
     parts = [_python(name, version, pins.get(name)) for name, version in sorted(distributions.items())]
+    parts += [_conda(e) for e in sorted(conda or [], key=lambda e: str(e["name"]))]
     parts += [_deb(name, version, debs.get(name)) for name, version in sorted((os_packages or {}).items())]
     serial = None
     if when is not None:

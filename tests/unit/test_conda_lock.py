@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -214,3 +215,31 @@ def test_uv_in_a_conda_image_refuses_a_torchvision_it_lacks_and_installs_the_res
         )
         assert (proc.returncode == 0) is ok, proc.stderr
         assert ok or "torchvision<0" in proc.stderr
+
+
+def test_a_conda_locks_sbom_and_diff_side_list_what_it_installs(tmp_path: Path, channel: Path) -> None:
+    """`sbom` of a conda profile was a document with no component at all, and `diff` against its
+    image called every distribution of the image an addition: both read the venv pins alone."""
+    from envbuild import diff, sbom, sbomdoc
+
+    wheels, simple = tmp_path / "wheels", tmp_path / "simple"
+    wheels.mkdir()
+    simple.mkdir()
+    _wheel(wheels, "tqdm", "4.0", ["numpy"])
+    extra = f'packages: ["tqdm==4.0"]\nindex_url: "{simple.as_uri()}"\nfind_links: ["{wheels}"]\n'
+    proj = open_project(str(conda_project(tmp_path / "proj", channel, extra=extra)))
+    assert lock.lock_one(proj, "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False)).state == "locked"
+
+    text = sbom.sbom(proj, "cpu-py311-conda")
+    sbomdoc.validate_document(text)
+    parts = {c["purl"]: c for c in json.loads(text)["components"]}
+    assert {"pkg:conda/pytorch@2.5.1", "pkg:conda/numpy@2.1.3", "pkg:conda/python@3.11.9", "pkg:pypi/tqdm@4.0"} <= set(
+        parts
+    )
+    assert not any(p.startswith(("pkg:pypi/torch", "pkg:pypi/numpy")) for p in parts)  # conda's, said once
+    assert sorted(h["alg"] for h in parts["pkg:conda/pytorch@2.5.1"]["hashes"]) == ["MD5", "SHA-256"]
+    assert [h["alg"] for h in parts["pkg:pypi/tqdm@4.0"]["hashes"]] == ["SHA-256"]
+
+    # what an image of it holds, by the names its dist-info folders give (pip's, not conda's)
+    side = diff.side(proj, "cpu-py311-conda")
+    assert side.distributions == {"torch": "2.5.1", "numpy": "2.1.3", "pip": "24.0", "tqdm": "4.0"}
