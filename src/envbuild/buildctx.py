@@ -140,12 +140,12 @@ def pip_wrapper() -> str:
 
 
 def _flavor_files(plan: Plan, lock: LockSnapshot, groups: dict[str, tuple[str, ...]], sbom: str) -> dict[str, str]:
-    """The smoke/ files that differ by flavor: a venv image's SBOM and the pins its lockfile gives
-    constraints.txt; a conda image's constraints.txt only its comment lines, the environment's
-    own pins being appended by the image's build (render.conda_held)."""
+    """The SBOM, and constraints.txt: a venv image's with the pins its lockfile gives; a conda
+    image's only its comment lines, the environment's own pins being appended by the image's build
+    (render.conda_held)."""
     if plan.profile.flavor == "venv":
         return {SBOM_NAME: sbom, layering.CONSTRAINTS: layering.constraints(plan, lock.pins, groups)}
-    return {layering.CONSTRAINTS: layering.constraints_head(plan)}
+    return {SBOM_NAME: sbom, layering.CONSTRAINTS: layering.constraints_head(plan)}
 
 
 def smoke_files(plan: Plan) -> dict[str, str]:
@@ -338,20 +338,15 @@ def prepare(
     built = dataclasses.replace(plan, source=_build_source(plan, lock, placed))
     epoch = source_date_epoch(project, lock.path)
     labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
-    sbom_text = ""
     pending: Callable[[], None] | None = None
-    if prof.flavor == "venv":
-        # what the image holds, from the lockfiles it is built from: the smoke test's integrity check
-        # and the manifest then vouch that the environment is exactly this
-        when = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
-        distributions = {p.name: p.version for p in lock.pins.values()}
-        os_packages = lock.apt.packages("runtime") if lock.apt else None
-        debs = lock.apt.installed if lock.apt else {}
-        sbom_text = sbomdoc.document(prof.name, distributions, os_packages, lock.pins, debs, when, check=False)
-        marker = project.work_dir(prof.name) / "sbom.validated"
-        if sbomdoc.validation_key(sbom_text) != _read_or_empty(marker):
-            pending = functools.partial(_check_sbom, sbom_text, marker)
-        labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
+    # what the image holds, from the lockfiles it is built from: the smoke test's integrity check
+    # and the manifest then vouch that the environment is exactly this
+    when = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    sbom_text = sbomdoc.of_lock(prof.name, lock, platform, when, check=False)
+    marker = project.work_dir(prof.name) / "sbom.validated"
+    if sbomdoc.validation_key(sbom_text) != _read_or_empty(marker):
+        pending = functools.partial(_check_sbom, sbom_text, marker)
+    labels[LABEL_SBOM_SHA] = hashlib.sha256(sbom_text.encode()).hexdigest()
     rendered = layering.for_build(built, lock, labels, platform, ca_text)
     groups, seed, sides, taking = rendered.groups, rendered.seed, rendered.sides, rendered.taking
     ctx = project.work_dir(prof.name) / "context"

@@ -16,7 +16,9 @@ from typing import Any
 
 from envbuild import __version__
 from envbuild.aptfile import Deb
-from envbuild.lockfile import Pin
+from envbuild.freshness import LockSnapshot
+from envbuild.lockfile import Pin, conda_hashes
+from envbuild.names import CONDA_SUBDIRS, canonical
 
 SCHEMA = "1.6"
 
@@ -99,6 +101,32 @@ def document(
     if check:
         validate_document(text)
     return text
+
+
+def locked(lock: LockSnapshot, platform: str) -> tuple[dict[str, Pin], list[dict[str, Any]]]:
+    """What a lockfile installs on `platform`: (Python pins, conda packages). A conda lock's pins are
+    its pip packages (each with its wheel's sha256 and URL); its conda packages are their own."""
+    if lock.record.route != "conda":
+        return lock.pins, []
+    mine = [e for e in lock.conda_packages if e.get("platform") == CONDA_SUBDIRS[platform]]
+    pins = {
+        canonical(str(e["name"])): Pin(str(e["name"]), str(e["version"]), conda_hashes(e), str(e.get("url", "")))
+        for e in mine
+        if e.get("manager") == "pip"
+    }
+    return pins, [e for e in mine if e.get("manager") == "conda"]
+
+
+def of_lock(
+    target: str, lock: LockSnapshot, platform: str, when: datetime.datetime | None = None, *, check: bool = True
+) -> str:
+    """The document of what a lockfile (and its apt.lock) installs on `platform`: `envbuild sbom
+    NAME`, and the copy an image of it carries."""
+    pins, conda = locked(lock, platform)
+    distributions = {p.name: p.version for p in pins.values()}
+    os_packages = lock.apt.packages("runtime") if lock.apt else None
+    debs = lock.apt.installed if lock.apt else {}
+    return document(target, distributions, os_packages, pins, debs, when, check=check, conda=conda)
 
 
 def validation_key(text: str) -> str:

@@ -3,6 +3,7 @@ refuses a tampered hash or another base."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import shutil
 from pathlib import Path
@@ -165,6 +166,12 @@ def test_a_conda_profile_locks_its_runtime_os_packages_and_the_build_pins_them(t
     assert f"envbuild_smoke.constraints {held_by_build}" in runtime
     assert "held at <0: add `torchvision: auto` (or torchaudio) to the profile" in held
     assert "PIP_CONSTRAINT=/opt/envbuild/constraints.txt" in runtime
+    # its SBOM, as a venv image's: the conda packages, the OS packages apt.lock installs, labelled
+    sbom = (ctx / "smoke" / "sbom.cdx.json").read_text()
+    purls = {c["purl"] for c in json.loads(sbom)["components"]}
+    assert {"pkg:conda/pytorch@2.5.1", "pkg:conda/python@3.11.9"} <= purls
+    assert any(p.startswith("pkg:deb/less@") for p in purls)
+    assert report["labels"]["io.envbuild.sbom-sha256"] == hashlib.sha256(sbom.encode()).hexdigest()
 
     # a changed `apt:` list makes apt.lock stale, and the build refuses it
     with (proj / "profiles" / "cpu-py311-conda.yaml").open("a") as fh:
