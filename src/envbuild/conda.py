@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, cast
 
@@ -118,7 +119,7 @@ def verify(plan: Plan, entries: list[dict[str, Any]], subdir: str) -> None:
     problems = []
     for name, version in plan.asked_companions.items():  # the channel's, never a pip package's
         got = by_name.get(name)
-        if got is None or not _matches(str(got["version"]), version):
+        if got is None or not fnmatch(str(got["version"]), version):  # compat's `2.11.*` too, as lockverify
             problems.append(f"{name}: expected {version}, the solver chose {got['version'] if got else 'nothing'}")
     torch = by_name.get("pytorch")
     if torch is None or torch["version"] != prof.torch:
@@ -144,11 +145,6 @@ def verify(plan: Plan, entries: list[dict[str, Any]], subdir: str) -> None:
             f"{prof.name} ({subdir}): the solution does not match the profile; nothing was written:\n  "
             + "\n  ".join(problems)
         )
-
-
-def _matches(version: str, wanted: str) -> bool:
-    """A conda version against a profile's `X.Y.Z` or compat's `X.Y.*`."""
-    return version == wanted or (wanted.endswith(".*") and version.startswith(wanted[:-1]))
 
 
 _CONDA_BINARIES = ("micromamba", "mamba", "conda")

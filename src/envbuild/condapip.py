@@ -11,7 +11,6 @@ what the conda environment lacks, and fails, naming both, where a pip package wa
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +43,18 @@ def provided(conda_entries: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def installed(entries: list[dict[str, Any]], subdir: str) -> dict[str, str]:
-    """{PyPI name: version} of every Python distribution a conda lock installs on `subdir`: its pip
-    packages, and its conda packages that are Python's (`provided`)."""
-    mine = [e for e in entries if e.get("platform") == subdir]
-    out = provided([e for e in mine if e.get("manager") == "conda"])
-    out.update({canonicalize_name(str(e["name"])): str(e["version"]) for e in mine if e.get("manager") == "pip"})
+def installed(entries: list[dict[str, Any]]) -> dict[str, str]:
+    """{PyPI name: version} of every Python distribution one platform's conda-lock entries install:
+    its pip packages, and its conda packages that are Python's (`provided`)."""
+    out = provided([e for e in entries if e.get("manager") == "conda"])
+    out.update({canonicalize_name(str(e["name"])): str(e["version"]) for e in entries if e.get("manager") == "pip"})
     return out
 
 
 def _stand_in(folder: Path, name: str, version: str) -> Path:
     """A wheel with only the metadata uv reads: `name` `version`, no dependencies."""
+    import zipfile  # bz2 and lzma with it: only a conda lock with pip packages pays for them
+
     info = f"{name.replace('-', '_')}-{version}.dist-info"
     path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as whl:

@@ -15,7 +15,7 @@ from typing import Any
 from envbuild import condapip, engine, freshness, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import ImageMissing, UsageError
-from envbuild.names import CONDA_SUBDIRS, LABEL_PROFILE, MANIFEST_PATH, canonical
+from envbuild.names import LABEL_PROFILE, MANIFEST_PATH, canonical
 from envbuild.project import Project
 
 # only installed distributions: directly in site-packages (setuptools vendors its own dist-info deeper)
@@ -90,9 +90,11 @@ def _lock_side(project: Project, name: str) -> Side:
     snap = freshness.require_fresh(project, plan_mod.make(project, prof, strict=False))
     # with an apt.lock, the OS packages of the finished image are known too: the base's and the runtime stage's
     os_packages = snap.apt.packages("runtime") if snap.apt else None
-    pins = {p.name: p.version for p in snap.pins.values()}
-    if prof.flavor == "conda":  # its pip packages and the conda packages that are Python's
-        pins = condapip.installed(snap.conda_packages, CONDA_SUBDIRS[prof.platforms[0]])
+    pins = (  # a conda lock's: its pip packages and the conda packages that are Python's
+        condapip.installed(snap.conda_entries(prof.platforms[0]))
+        if prof.flavor == "conda"
+        else {p.name: p.version for p in snap.pins.values()}
+    )
     return Side(f"{name} (lockfile)", "lockfile", pins, os_packages, profile=name)
 
 

@@ -31,7 +31,7 @@ from envbuild.lockfile import (
     resolution_id,
     sdist_only,
 )
-from envbuild.names import canonical, lock_names
+from envbuild.names import CONDA_SUBDIRS, canonical, lock_names
 from envbuild.plan import Plan
 from envbuild.project import Project
 
@@ -54,14 +54,17 @@ class LockSnapshot:
         return sdist_only(self.pylock_text)
 
     @functools.cached_property
-    def conda_packages(self) -> list[dict[str, Any]]:
-        """conda-lock.yml's package entries, every platform's (conda flavor; [] for venv)."""
+    def _conda_packages(self) -> list[dict[str, Any]]:
         if self.record.route != "conda":
             return []
         import yaml
 
         doc = yaml.safe_load(self.text)
         return [e for e in doc["package"] if isinstance(e, dict)]
+
+    def conda_entries(self, platform: str) -> list[dict[str, Any]]:
+        """conda-lock.yml's package entries for `platform` (x86_64, aarch64): conda flavor; [] for venv."""
+        return [e for e in self._conda_packages if e.get("platform") == CONDA_SUBDIRS[platform]]
 
     @property
     def apt_sha256(self) -> str:

@@ -18,7 +18,7 @@ from envbuild import __version__
 from envbuild.aptfile import Deb
 from envbuild.freshness import LockSnapshot
 from envbuild.lockfile import Pin, conda_hashes
-from envbuild.names import CONDA_SUBDIRS, canonical
+from envbuild.names import canonical
 
 SCHEMA = "1.6"
 
@@ -108,7 +108,7 @@ def locked(lock: LockSnapshot, platform: str) -> tuple[dict[str, Pin], list[dict
     its pip packages (each with its wheel's sha256 and URL); its conda packages are their own."""
     if lock.record.route != "conda":
         return lock.pins, []
-    mine = [e for e in lock.conda_packages if e.get("platform") == CONDA_SUBDIRS[platform]]
+    mine = lock.conda_entries(platform)
     pins = {
         canonical(str(e["name"])): Pin(str(e["name"]), str(e["version"]), conda_hashes(e), str(e.get("url", "")))
         for e in mine

@@ -11,7 +11,7 @@ from pathlib import Path
 from envbuild import buildreqs, freshness, proc, uvtool, wheelcache
 from envbuild import plan as plan_mod
 from envbuild.errors import UsageError, VenvError
-from envbuild.names import Events, quiet
+from envbuild.names import Events, lock_names, quiet
 from envbuild.profile import Profile
 from envbuild.project import Project
 
@@ -80,7 +80,7 @@ def create(
 ) -> dict[str, object]:
     say = events or quiet
     if prof.flavor == "conda":  # uv read conda-lock.yml as a requirements file and failed on line 2
-        lock = project.rel(freshness.lock_dir(project, prof.name) / "conda-lock.yml")
+        lock = project.rel(freshness.lock_dir(project, prof.name) / lock_names(prof.platforms[0], "conda")[0])
         raise UsageError(
             f"{prof.name} is a conda profile: `envbuild venv` makes a Python venv from a venv profile's lockfile",
             hint=f"create its environment with `micromamba create -p {target} -f {lock}` (or `conda-lock install "
