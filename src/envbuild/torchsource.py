@@ -30,6 +30,13 @@ class TorchSource:
     # the build from the wheel cache; a lock never is offline)
     offline: bool = False
 
+    # How an install of a hash-pinned lockfile picks among the indexes. uv's default (first-index)
+    # looks a package up only on the first index that has its name, and the PyTorch index mirrors
+    # older copies of common packages (numpy, filelock, jinja2, ...): a pin newer than its copy
+    # fails to resolve. Every artifact's sha256 is pinned, so whichever index serves it, it is the
+    # locked file: the dependency confusion first-index guards against cannot happen here.
+    index_strategy = "unsafe-best-match"
+
     @property
     def extra_index(self) -> str:
         """The index pip or uv needs beside index_url: the torch index, unless it is a flat wheelhouse."""

@@ -140,7 +140,7 @@ def create(
         else:
             args += ["--index-url", src.index_url]
             if src.extra_index:
-                args += ["--extra-index-url", src.extra_index]
+                args += ["--extra-index-url", src.extra_index, "--index-strategy", src.index_strategy]
             for link in src.find_links:
                 args += ["--find-links", link]
         if cached:

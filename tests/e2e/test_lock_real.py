@@ -147,6 +147,44 @@ def test_a_venv_from_a_complete_wheel_cache_asks_no_index(proj: Path, tmp_path: 
     assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "2.13.0+cpu"
 
 
+def test_a_venv_from_a_torch_index_that_mirrors_an_older_copy_of_a_pinned_package_installs_the_pin(
+    proj: Path, tmp_path: Path
+) -> None:
+    """download.pytorch.org/whl/cpu also serves older copies of common packages (numpy, filelock,
+    jinja2, ...). With uv's default strategy (first-index) a pin newer than the copy was "not
+    found", so `venv` of the committed cpu-py311 lock failed against the real index whenever its
+    wheel cache was not complete. Here a local index plays it: the torch wheel and einops 0.7.0 (the
+    lock pins 0.8.1, from PyPI). Every artifact is hash-pinned, so any index may serve it."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tmp_path / "torch-index"
+    wheel = next(Path(WHEELS).glob("torch-2.13.0+cpu-*.whl"))
+    (root / "files").mkdir(parents=True)
+    (root / "files" / wheel.name).symlink_to(wheel)
+    pages = {"torch": wheel.name, "einops": "einops-0.7.0-py3-none-any.whl"}  # einops: only listed
+    for name, file in pages.items():
+        (root / "simple" / name).mkdir(parents=True)
+        link = f"/files/{file.replace('+', '%2B')}"
+        (root / "simple" / name / "index.html").write_text(f'<html><body><a href="{link}">{file}</a></body></html>')
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        shutil.copytree(REPO / "lockfiles", proj / "lockfiles")
+        target = tmp_path / "venv"
+        index = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        cache = {"ENVBUILD_CACHE_DIR": str(tmp_path / "empty-cache")}
+        res = envbuild("venv", "cpu-py311", str(target), "--no-compile", "--torch-index", index, cwd=proj, env=cache)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.returncode == 0, res.stderr[-3000:]
+    probe = [str(target / "bin" / "python"), "-c", "import torch, einops; print(torch.__version__, einops.__version__)"]
+    assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.split() == ["2.13.0+cpu", "0.8.1"]
+
+
 def test_venv_refuses_wrong_interpreter(proj: Path, tmp_path: Path) -> None:
     shutil.copytree(REPO / "lockfiles" / "cu124-py312", proj / "lockfiles" / "cu124-py312")
     res = envbuild("venv", "cu124-py312", str(tmp_path / "v"), "--python", sys.executable, cwd=proj)
