@@ -192,16 +192,28 @@ def open_project(explicit: str | None = None) -> Project:
             raw: dict[str, Any] = tomllib.loads(config_path.read_text("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise UsageError(f"{config_path}: not valid TOML: {exc}") from exc
-        config = _validate_config(raw.get("envbuild", raw), config_path)
+        # with an [envbuild] table, what stands outside it is read by nothing: a `registry = ...`
+        # above the header, a [base] meant as [envbuild.base]
+        outside = {k: v for k, v in sorted(raw.items()) if k != "envbuild"} if "envbuild" in raw else {}
+        config = _validate_config(raw.get("envbuild", raw), config_path, outside)
     return Project(root=root, config=config)
 
 
-def _validate_config(raw: Any, config_path: Path) -> ProjectConfig:
-    """Strict check of envbuild.toml's table: unknown keys and wrong types are errors."""
+def _validate_config(raw: Any, config_path: Path, outside: dict[str, Any]) -> ProjectConfig:
+    """Strict check of envbuild.toml's table: unknown keys and wrong types are errors, and so is
+    anything `outside` the [envbuild] table (it would be ignored)."""
     if not isinstance(raw, dict):
         raise UsageError(f"{config_path}: expected a table of settings")
     hints = get_type_hints(ProjectConfig)
-    problems = []
+    problems = [
+        f"{key}: outside the [envbuild] table, so nothing reads it"
+        + (
+            (f" (write it as [envbuild.{key}])" if isinstance(v, dict) else " (move it below [envbuild])")
+            if key in hints
+            else ""
+        )
+        for key, v in outside.items()
+    ]
     for key, value in raw.items():
         expected = hints.get(key)
         if expected is None:

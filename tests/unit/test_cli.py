@@ -236,6 +236,23 @@ def test_project_config_validated_strictly(project: Path, cli: Cli) -> None:
     assert config.registry == "localhost:5000/envs" and config.find_links == ["/w"] and config.lock_jobs == 4
 
 
+def test_settings_outside_the_envbuild_table_are_named_not_ignored(project: Path, cli: Cli) -> None:
+    # A key above the [envbuild] header and a [base] meant as [envbuild.base] were read by nothing:
+    # pushes went to the default registry, builds used the default base, without a word.
+    (project / "envbuild.toml").write_text(
+        'registry = "localhost:5000/envs"\n[envbuild]\nlock_jobs = 2\n[base]\n"3.11" = "debian@sha256:'
+        + "0" * 64
+        + '"\n'
+    )
+    res = cli("list", "--project", str(project))
+    assert res.code == 2, res.out
+    assert "registry: outside the [envbuild] table, so nothing reads it (move it below [envbuild])" in res.err
+    assert "base: outside the [envbuild] table, so nothing reads it (write it as [envbuild.base])" in res.err
+    # a file of settings without the header is still one table
+    (project / "envbuild.toml").write_text('registry = "localhost:5000/envs"\n')
+    assert cli("list", "--project", str(project)).code == 0
+
+
 def test_option_parsing_keeps_typer_conversions_and_errors(cli: Cli, project: Path) -> None:
     # values that need converting still go through typer: an int given "abc" is a usage error
     res = cli("lock", "--all", "--jobs", "abc", "--project", str(project))
