@@ -144,14 +144,22 @@ def _download(item: Wanted, context: ssl.SSLContext) -> Path | None:
 
 
 def _intact(path: Path, item: Wanted) -> bool:
-    """The size tells when the lock records one (PyPI's do). Else (a wheelhouse's lock records none)
-    the time `add` stamped on the file once its hash checked out: any write since moves it, and
-    then the hash decides. Re-hashing an untouched torch wheel cost every build ~0.15 s; the image's
-    install checks every hash again anyway (--require-hashes)."""
+    """The size, when the lock records one (PyPI's do), then the time `add` stamped on the file once
+    its hash checked out: any write since moves it, and then the hash decides. Re-hashing an
+    untouched torch wheel cost every build ~0.15 s. A size alone let a same-size damaged entry
+    through, and the image's install (--require-hashes) then failed on it in every build, as
+    "Failed to extract archive" or a hash mismatch, with nothing to say the cache was the cause."""
     stat = path.stat()
-    if item.size:
-        return stat.st_size == item.size
-    return stat.st_mtime == FIXED_MTIME or sha256_file(path) == item.sha256
+    if item.size and stat.st_size != item.size:
+        return False
+    if stat.st_mtime == FIXED_MTIME:
+        return True
+    if sha256_file(path) != item.sha256:
+        return False
+    # intact but touched: stamped again, as uv records a wheel's mtime in what it installs, and two
+    # profiles' torch layers must not differ by it
+    os.utime(path, (FIXED_MTIME, FIXED_MTIME))
+    return True
 
 
 def fill(

@@ -229,3 +229,25 @@ def test_an_entry_without_a_locked_size_is_hashed_again_only_when_written_since(
     assert wheelcache.fill([item], [], fetch=False) == {}  # dropped, and no wheelhouse to take it from
     assert hashed == [stored]
     assert wheelcache.fill([item], [house], fetch=False)[item.sha256].read_bytes() == body
+
+
+def test_a_damaged_entry_of_the_locked_size_is_hashed_dropped_and_taken_again(cache: Path, tmp_path: Path) -> None:
+    """PyPI's locks record each file's size, and only the size was checked: a byte changed in place
+    kept the entry, and every build of the profile then failed in the image's install ("Failed to
+    extract archive" from uv), with nothing saying the cache was why. A touched but intact entry is
+    stamped again (uv records a wheel's mtime in what it installs: shared layers would differ)."""
+    house = tmp_path / "house"
+    house.mkdir()
+    body = b"a wheel's bytes"
+    (house / "demo-1.0-py3-none-any.whl").write_bytes(body)
+    sha = hashlib.sha256(body).hexdigest()
+    item = wheelcache.Wanted("demo", "demo-1.0-py3-none-any.whl", "https://files.example/demo", sha, len(body))
+    stored = wheelcache.fill([item], [house], fetch=False)[item.sha256]
+    stored.write_bytes(b"a wheel's byteZ")  # the locked size, other bytes
+    assert wheelcache.fill([item], [], fetch=False) == {}  # dropped: no wheelhouse, no fetch
+    assert not stored.parent.exists()
+    again = wheelcache.fill([item], [house], fetch=False)[item.sha256]
+    assert again.read_bytes() == body
+    os.utime(again, (time.time(), time.time()))  # touched, not changed
+    assert wheelcache.fill([item], [], fetch=False) == {item.sha256: again}
+    assert again.stat().st_mtime == wheelcache.FIXED_MTIME
