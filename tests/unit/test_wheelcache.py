@@ -18,6 +18,7 @@ import pytest
 from envbuild import lockfile, wheelcache
 from envbuild.errors import WriteFailed
 from envbuild.fsutil import Staged
+from envbuild.names import FIXED_MTIME
 from tests.conftest import Result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -250,4 +251,4 @@ def test_a_damaged_entry_of_the_locked_size_is_hashed_dropped_and_taken_again(ca
     assert again.read_bytes() == body
     os.utime(again, (time.time(), time.time()))  # touched, not changed
     assert wheelcache.fill([item], [], fetch=False) == {item.sha256: again}
-    assert again.stat().st_mtime == wheelcache.FIXED_MTIME
+    assert again.stat().st_mtime == FIXED_MTIME
