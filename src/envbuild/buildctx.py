@@ -206,14 +206,14 @@ def _local_dirs(links: tuple[str, ...]) -> list[Path]:
 
 
 def _cached_wheels(
-    houses: list[Path], lock: LockSnapshot, ca: Path | None, say: Events, fetch: bool
+    houses: list[Path], lock: LockSnapshot, ca: Path | None, say: Events, fetch: bool, user: Path
 ) -> dict[Path, str]:
     """{cached wheel: distribution} for the lock's wheels: from the host's wheel cache, a local
     wheelhouse (matched by the locked hash, never anything else from there), or downloaded once from
     the lockfile's own URL. A cache is a shortcut, never a requirement: what it cannot get, the
     builder fetches from the index the lockfile records."""
     return wheelcache.for_lock(
-        lock.pylock_text, lock.pins, houses, ca, lambda text: say("phase", "wheels", text), fetch=fetch
+        lock.pylock_text, lock.pins, houses, ca, lambda text: say("phase", "wheels", text), fetch=fetch, user=user
     )
 
 
@@ -333,7 +333,7 @@ def prepare(
     ca_path = opts.ca_bundle or (project.root / project.config.ca_bundle if project.config.ca_bundle else None)
     ca_text = _read_ca(ca_path) if ca_path is not None else None
     houses = _local_dirs(plan.source.find_links)  # the local wheelhouses: their wheels, and the sdists to build
-    placed = _cached_wheels(houses, lock, ca_path, say, fetch) if prof.flavor == "venv" else {}
+    placed = _cached_wheels(houses, lock, ca_path, say, fetch, project.lockfiles_dir) if prof.flavor == "venv" else {}
     wheels = sorted(placed, key=lambda w: w.name)
     built = dataclasses.replace(plan, source=_build_source(plan, lock, placed))
     epoch = source_date_epoch(project, lock.path)

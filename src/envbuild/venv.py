@@ -133,7 +133,7 @@ def create(
                 args += ["--config-file", str(config)]
         # the wheels a build already fetched (envbuild's wheel cache) are not fetched again; with
         # all of them there, no index is asked (an offline laptop, a mirror that is down)
-        cached = wheelcache.for_lock(snap.pylock_text, pins, fetch=False)
+        cached = wheelcache.for_lock(snap.pylock_text, pins, fetch=False, user=project.lockfiles_dir)
         offline = wheelcache.complete(pins, cached)
         if offline:
             args.append("--no-index")

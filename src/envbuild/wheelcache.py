@@ -214,8 +214,12 @@ def for_lock(
     say: Callable[[str], None] = lambda _: None,
     *,
     fetch: bool = True,
+    user: Path | None = None,
 ) -> dict[Path, str]:
-    """{cached wheel: distribution} for a lock's wheels that the cache has or (see fill) can get."""
+    """{cached wheel: distribution} for a lock's wheels that the cache has or (see fill) can get;
+    `user`, the lockfiles folder of the project asking, is noted as one (see register)."""
+    if user is not None:
+        register(user)
     items = wanted(pylock_text, pins) if pylock_text else []
     found = fill(items, wheelhouses, ca_bundle, say, fetch=fetch)
     return {found[i.sha256]: i.name for i in items if i.sha256 in found}
@@ -277,6 +281,43 @@ def needed(lockfiles: Path) -> set[str]:
             continue  # unreadable: nothing of it is kept for it, and `lock --check` says why
         keep.update(h.split(":", 1)[1] for p in pins.values() for h in p.hashes if h.startswith("sha256:"))
     return keep
+
+
+# Beside the hash slots (`<2 hex>/<sha256>/`): one small file per project that used the cache, holding
+# its lockfiles folder. The cache is the host's, not one project's: a prune in one project keeps
+# what the others' lockfiles pin, which it used to delete (a CUDA lock's 2.5 GB fetched again, or
+# gone for good where it came from a wheelhouse that is no longer there).
+_USERS = "projects"
+
+
+def register(lockfiles: Path) -> None:
+    """Note the project whose lockfiles folder is `lockfiles` as a user of the cache. Best effort: a
+    cache it cannot write to fails the copies themselves, with the error that names it."""
+    where = str(lockfiles.resolve())
+    entry = root() / _USERS / hashlib.sha256(where.encode()).hexdigest()[:16]
+    with contextlib.suppress(OSError):
+        if not entry.is_file():
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            entry.write_text(where + "\n", "utf-8")
+
+
+def other_users(lockfiles: Path) -> list[Path]:
+    """The lockfiles folders of the other projects that used the cache and still exist; the notes
+    of those that are gone (moved, deleted) are dropped."""
+    here = lockfiles.resolve()
+    found: list[Path] = []
+    folder = root() / _USERS
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+        try:
+            where = Path(entry.read_text("utf-8").strip())
+        except (OSError, UnicodeDecodeError):
+            continue
+        if not where.is_dir():
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        elif where != here:
+            found.append(where)
+    return found
 
 
 def prune(keep: set[str]) -> Usage:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,6 +141,40 @@ def test_cache_reports_its_size_and_prunes_what_no_lockfile_pins(
     assert cli("cache", "--all").code == 2  # --all only with --prune
     emptied = json.loads(cli("cache", "--prune", "--all", "--json").out)
     assert emptied["wheels"] == 0 and emptied["removed_wheels"] == 1
+
+
+def test_a_prune_keeps_what_another_project_that_used_the_cache_pins(
+    cli: Callable[..., Result], engineless_project: Path, cache: Path, tmp_path: Path
+) -> None:
+    """The cache is the host's: a prune in one project deleted every wheel of the others (a CUDA
+    lock's 2.5 GB fetched again, or gone where it came from a wheelhouse that is gone too)."""
+    pins, _ = _committed()
+    own = pins["einops"].hashes[0].split(":", 1)[1]
+    theirs, nobodys = "e" * 64, "f" * 64
+    other = tmp_path / "other" / "lockfiles"
+    (other / "p").mkdir(parents=True)
+    (other / "p" / "requirements.lock").write_text(f"x==1.0 \\\n    --hash=sha256:{theirs}\n")
+    # build and venv note the project that asks: here as they call it, and a context build
+    wheelcache.for_lock("", {}, fetch=False, user=other)
+    res = cli("build", "cpu-py311", "--context-only")
+    assert res.code == 0, res.err
+    for sha in (own, theirs, nobodys):
+        (cache / sha[:2] / sha).mkdir(parents=True, exist_ok=True)
+        (cache / sha[:2] / sha / f"x-{sha[:4]}-py3-none-any.whl").write_bytes(b"x" * 1000)
+    pruned = json.loads(cli("cache", "--prune", "--json").out)
+    assert (pruned["removed_wheels"], pruned["kept_for"]) == (1, [str(other.resolve())])
+    assert (cache / own[:2] / own).is_dir() and (cache / theirs[:2] / theirs).is_dir()
+    assert not (cache / nobodys[:2] / nobodys).exists()
+    # from the other project, this one's wheels stay too: the context build noted it
+    res = cli("cache", "--prune", "--project", str(other.parent))
+    assert res.code == 0 and "kept what the lockfiles of 1 other project(s) pin" in res.out
+    assert (cache / own[:2] / own).is_dir()
+    # a project that is gone keeps nothing, and its note goes with its wheels
+    shutil.rmtree(other.parent)
+    pruned = json.loads(cli("cache", "--prune", "--json").out)
+    assert (pruned["removed_wheels"], pruned["kept_for"]) == (1, [])
+    assert not (cache / theirs[:2] / theirs).exists()
+    assert len(list((cache / "projects").iterdir())) == 1  # this project's note only
 
 
 def test_a_copy_killed_halfway_leaves_nothing_in_the_cache(cache: Path, tmp_path: Path) -> None:

@@ -269,7 +269,11 @@ def venv(
 @app.command("cache")
 def cache_(
     prune: Annotated[
-        bool, typer.Option("--prune", help="Remove the wheels no lockfile of this project pins any more.")
+        bool,
+        typer.Option(
+            "--prune",
+            help="Remove the wheels no lockfile pins any more (this project's, or another's that used the cache).",
+        ),
     ] = False,
     all_: Annotated[bool, typer.Option("--all", help="With --prune: empty the cache.")] = False,
     project: ProjectOpt = None,
@@ -282,8 +286,14 @@ def cache_(
     if all_ and not prune:
         raise UsageError("--all goes with --prune", hint="envbuild cache --prune --all")
     removed = None
+    others: list[Path] = []
     if prune:
-        keep = set() if all_ else wheelcache.needed(project_at(project).lockfiles_dir)
+        keep: set[str] = set()
+        if not all_:
+            own = project_at(project).lockfiles_dir
+            others = wheelcache.other_users(own)  # the cache is the host's: their wheels stay
+            for folder in [own, *others]:
+                keep |= wheelcache.needed(folder)
         removed = wheelcache.prune(keep)
     now = wheelcache.usage()
     if as_json:
@@ -294,10 +304,16 @@ def cache_(
                 "bytes": now.bytes,
                 "removed_wheels": removed.wheels if removed else 0,
                 "freed_bytes": removed.bytes if removed else 0,
+                "kept_for": [str(f) for f in others],
             }
         )
         return
     con = output.out()
     if removed is not None:
         con.print(f"removed {removed.wheels} wheel(s), {removed.bytes / 1e6:,.0f} MB")
+        if others:
+            kept = ", ".join(str(f) for f in others)
+            con.print(
+                f"kept what the lockfiles of {len(others)} other project(s) pin: {kept} (--all empties the cache)"
+            )
     con.print(f"wheel cache {now.root}: {now.wheels} wheel(s), {now.bytes / 1e6:,.0f} MB")
