@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 
 from envbuild import engine, hostgpu
 from envbuild.errors import UsageError
@@ -84,3 +88,31 @@ def docker_argv(
     argv.append(image)
     argv += command
     return argv
+
+
+def call(argv: list[str], *, stdin_is_tty: bool) -> int:
+    """Run the docker CLI until it exits, and return its exit code (the job's).
+
+    A signal envbuild gets is passed on to the CLI, which passes it to the job (docker's
+    sig-proxy, then the container's init), so SIGTERM from a CI timeout, `kill` or a job scheduler
+    lets the job stop its own way, as a plain `docker run` does. subprocess.call SIGKILLed the CLI
+    instead: the container ran on, GPUs and all, while envbuild said it had cleaned up. Where stdin
+    is not a terminal the CLI gets a session of its own, so a Ctrl-C reaches it once, through
+    envbuild; a terminal's Ctrl-C reaches the whole group at once (the CLI must stay in the
+    terminal's group to read it), so there SIGINT is not passed on twice."""
+    proc = subprocess.Popen(argv, start_new_session=not stdin_is_tty)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    passed = [signal.SIGTERM, signal.SIGHUP, *([] if stdin_is_tty else [signal.SIGINT])]
+    before = {sig: signal.signal(sig, forward) for sig in passed}
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN) if stdin_is_tty else None
+    try:
+        return proc.wait()  # PEP 475: resumed after each forward
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        if ignored is not None:
+            signal.signal(signal.SIGINT, ignored)

@@ -41,6 +41,48 @@ def test_a_training_run_saves_a_checkpoint_the_host_user_owns(
     assert zipfile.is_zipfile(ckpt)  # torch.save's format: the host reads it back
 
 
+JOB_TRAPPING_SIGTERM = (
+    "import signal, sys, time\n"
+    "def stop(signum, frame):\n"
+    "    print('checkpointed on', signum, flush=True); sys.exit(7)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "print('started', flush=True); time.sleep(120)\n"
+)
+
+
+def test_sigterm_to_run_reaches_the_job_and_no_container_is_left(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """A CI timeout or a scheduler's SIGTERM to `envbuild run`: the job gets it (and may save a
+    checkpoint), its exit code is run's. Before, envbuild SIGKILLed the docker CLI, said it had
+    cleaned up, and the container ran on (GPUs and all) until the job ended by itself."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "job.py").write_text(JOB_TRAPPING_SIGTERM)
+    argv = [sys.executable, "-m", "envbuild", "run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name]
+    mine = {"ancestor": repo_name + ":cpu-py311"}
+    proc = subprocess.Popen(
+        [*argv, "--", "python", "job.py"], cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, out.strip()) == (7, "checkpointed on 15"), err
+    deadline = time.monotonic() + 20  # --rm: the engine removes it as the job ends
+    while docker_client.containers.list(all=True, filters=mine) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert docker_client.containers.list(all=True, filters=mine) == []
+
+
 def _status(cwd: Path) -> dict[str, Any]:
     res = envbuild("status", "cpu-py311", "--json", cwd=cwd)
     assert res.returncode == 0, res.stderr

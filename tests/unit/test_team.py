@@ -201,3 +201,37 @@ def test_a_torch_series_gets_a_fix_that_says_how_to_find_its_newest_release(
     errors = [d.render() for d in validate.check(write_profile(torch="2.10")).errors]
     wanted = 'is not an exact torch release; name a release of the 2.10 series ("2.10.0" is its first)'
     assert any(wanted in e and "envbuild new NAME --torch 2.10" in e for e in errors), errors
+
+
+# Stands in for the docker CLI: it traps the signals it is sent and ends as a job would.
+_CLI = (
+    "import signal, sys, time\n"
+    "def stop(signum, frame):\n"
+    "    print('got', signum, flush=True); sys.exit(7)\n"
+    "signal.signal(signal.SIGTERM, stop); signal.signal(signal.SIGINT, stop)\n"
+    "print('up', flush=True); time.sleep(60)\n"
+)
+
+
+@pytest.mark.parametrize("signum", [15, 2])
+def test_a_signal_to_run_is_passed_to_the_cli_and_its_exit_code_is_runs(signum: int) -> None:
+    """subprocess.call SIGKILLed the docker CLI on SIGTERM, so it never passed the signal on to the
+    container, which ran on. Here stdin is no terminal: the CLI has a session of its own and gets
+    Ctrl-C through run, once."""
+    import signal
+    import sys
+
+    driver = (
+        "import sys, signal\n"
+        "from envbuild import runner\n"
+        "signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt))\n"
+        f"sys.exit(runner.call([sys.executable, '-c', {_CLI!r}], stdin_is_tty=False))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", driver], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        proc.send_signal(signal.Signals(signum))
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert (proc.returncode, out.strip()) == (7, f"got {signum}")

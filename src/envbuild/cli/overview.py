@@ -239,8 +239,6 @@ def run_image(
     project: ProjectOpt = None,
 ) -> int:
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
-    import subprocess
-
     from envbuild import engine, hostgpu, localimage, refs, runner, smokerecord
     from envbuild.names import RUN_SHM_SIZE, UNTESTED
 
@@ -277,7 +275,7 @@ def run_image(
         container_workdir=workdir,
         user=user,
     )
-    code = subprocess.call(argv)
+    code = runner.call(argv, stdin_is_tty=sys.stdin.isatty())
     if code == 125 and ("--gpus" in argv or "/dev/kfd" in argv):
         # 125 is docker's own failure, before the command ran; with GPUs asked for, it is most often
         # a missing container toolkit
