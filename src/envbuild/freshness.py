@@ -25,6 +25,7 @@ from envbuild.lockfile import (
     Pin,
     RecordError,
     conda_pins,
+    conflicted,
     lock_sha256,
     parse_requirements,
     read_record,
@@ -119,8 +120,13 @@ def _pylock_agrees(text: str, pins: dict[str, Pin]) -> bool:
 
 
 def _read(path: Path, shown: str) -> tuple[str | None, str]:
+    """A lockfile's text, or None and why it cannot be used as it is."""
     try:
-        return path.read_text("utf-8"), ""
+        text = path.read_text("utf-8")
+        # said first: its record is one side's, and "the profile changed" would mislead
+        return (
+            (None, f"{shown} has a merge's conflict markers (two re-locks merged)") if conflicted(text) else (text, "")
+        )
     except FileNotFoundError:
         return None, f"{shown} is missing"
     except (OSError, UnicodeDecodeError) as exc:

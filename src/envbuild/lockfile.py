@@ -183,6 +183,30 @@ def parse_requirements(text: str) -> dict[str, Pin]:
     return pins
 
 
+# git's conflict markers (`<<<<<<< ours`, `|||||||` with diff3, `=======`, `>>>>>>> theirs`)
+_CONFLICT_RE = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)")
+
+
+def conflicted(text: str) -> bool:
+    """Whether a merge left its conflict markers in the file (two branches re-locked)."""
+    return any(_CONFLICT_RE.match(line) for line in text.splitlines())
+
+
+def first_side(text: str) -> str:
+    """A conflicted file with each conflict settled for its first side (`<<<<<<<` to `|||||||` or
+    `=======`; git's conflicts are whole lines): what merged cleanly stays, as git merged it."""
+    kept: list[str] = []
+    keep = True  # outside a conflict, or in its first side
+    for line in text.splitlines(keepends=True):
+        marker = _CONFLICT_RE.match(line)
+        if marker is None:
+            if keep:
+                kept.append(line)
+        else:  # `<<<<<<<` opens the first side, `>>>>>>>` ends the conflict; the base and the other side go
+            keep = marker.group(1)[0] in "<>"
+    return "".join(kept)
+
+
 def blocks(text: str) -> dict[str, str]:
     """Each requirement of a hashed requirements lock as written (its line, hashes and comments), by
     canonical name: a subset of a lockfile is these blocks, never a re-rendering of them."""

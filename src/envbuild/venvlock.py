@@ -139,8 +139,12 @@ def _resolve_platform(
     seeds = {}
     if previous is not None and previous.is_file() and not opts.upgrade:
         # uv keeps the pins already in the output file: a re-lock changes only what must change.
-        out.write_text(previous.read_text("utf-8"))
-        seeds[out.name] = previous
+        text = previous.read_text("utf-8")
+        if lockfile.conflicted(text):  # a merge of two re-locks; uv failed on the markers ("Unexpected '<'")
+            out.write_text(lockfile.first_side(text))
+        else:
+            out.write_text(text)
+            seeds[out.name] = previous
     pyproject = work / "pyproject.toml"
     pyproject.write_text(_lock_input(plan, reqs, family))
     args = _compile_args(pyproject, out, plan, platform, opts)
@@ -232,11 +236,16 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
     from_source: set[str] = set()
     before: dict[str, dict[str, Pin]] = {}
     after: dict[str, dict[str, Pin]] = {}
+    merged: list[str] = []  # lockfiles with a merge's conflict markers: re-locked from their first side
     with tmpdirs.private("lock") as tmp:
         for platform in plan.platforms:
             primary, secondary = lock_names(platform)
             if (directory / primary).is_file():
-                before[platform] = lockfile.parse_requirements((directory / primary).read_text("utf-8"))
+                text = (directory / primary).read_text("utf-8")
+                if lockfile.conflicted(text):
+                    merged.append(primary)
+                    text = lockfile.first_side(text)
+                before[platform] = lockfile.parse_requirements(text)
             current = found.snapshots.get(platform) if found is not None else None
             pins, req_text, pylock_text = _resolve_platform(
                 plan, platform, opts, directory / primary, Path(tmp), current
@@ -265,6 +274,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
         "locked",
         f"{count} packages"
         + (f" ({', '.join(sorted(from_source))}: no wheel, built from the sdist)" if from_source else "")
+        + (f"; {', '.join(merged)} had merge conflicts: re-locked from their first side (`<<<<<<<`)" if merged else "")
         + (" (dry run: nothing written)" if opts.dry_run else ""),
         packages=count,
         files=written,

@@ -185,6 +185,55 @@ def test_a_venv_from_a_torch_index_that_mirrors_an_older_copy_of_a_pinned_packag
     assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.split() == ["2.13.0+cpu", "0.8.1"]
 
 
+def test_a_lockfile_two_merged_branches_left_in_conflict_is_re_locked(proj: Path) -> None:
+    """Two branches each add a package and re-lock; git's merge leaves markers in the lockfiles'
+    headers (and the profile, which the user resolves). `envbuild lock`, the fix status names,
+    failed there: uv, seeded with the old lockfile, stopped at "Unexpected '<'"."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=proj, capture_output=True, text=True, check=False)
+
+    prof = proj / "profiles" / "cpu-py311.yaml"
+    lock = ["lock", "cpu-py311", "--find-links", WHEELS]
+
+    def add(package: str) -> None:
+        prof.write_text(
+            prof.read_text().replace('packages: ["einops==0.8.1"', f'packages: ["einops==0.8.1", "{package}"')
+        )
+        res = envbuild(*lock, cwd=proj)
+        assert res.returncode == 0, res.stderr
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "ci@example.invalid")
+    git("config", "user.name", "ci")
+    assert envbuild(*lock, cwd=proj).returncode == 0
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    git("checkout", "-qb", "other")
+    add("tqdm==4.67.1")
+    git("commit", "-qam", "tqdm")
+    git("checkout", "-q", "main")
+    add("packaging==24.2")
+    git("commit", "-qam", "packaging")
+    assert git("merge", "other").returncode != 0  # conflicts: the profile and the lockfiles' headers
+    text = (proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text()
+    assert lockfile.conflicted(text), text[:600]
+    prof.write_text(re.sub(r"<<<<<<<.*?>>>>>>> other\n", "", prof.read_text(), flags=re.S))
+    prof.write_text(
+        prof.read_text().replace(
+            "checks: [", 'packages: ["einops==0.8.1", "tqdm==4.67.1", "packaging==24.2"]\nchecks: ['
+        )
+    )
+    status = envbuild("lock", "--check", "cpu-py311", cwd=proj)
+    assert status.returncode == 1 and "has a merge's conflict markers" in status.stderr
+    res = envbuild(*lock, cwd=proj)
+    assert res.returncode == 0, res.stderr
+    assert "requirements.lock had merge conflicts: re-locked from their first side" in res.stderr + res.stdout
+    assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
+    pins = lockfile.parse_requirements((proj / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
+    assert (pins["tqdm"].version, pins["packaging"].version, pins["einops"].version) == ("4.67.1", "24.2", "0.8.1")
+
+
 def test_venv_refuses_wrong_interpreter(proj: Path, tmp_path: Path) -> None:
     shutil.copytree(REPO / "lockfiles" / "cu124-py312", proj / "lockfiles" / "cu124-py312")
     res = envbuild("venv", "cu124-py312", str(tmp_path / "v"), "--python", sys.executable, cwd=proj)

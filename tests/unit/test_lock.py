@@ -151,6 +151,28 @@ def test_check_fresh_stale_missing(cli: Callable[..., Result], locked_project: P
     assert "cpu-py311: lockfiles/cpu-py311/requirements.lock is missing; run `envbuild lock cpu-py311`" in res.err
 
 
+def test_a_merged_pair_of_re_locks_is_read_by_its_first_side_and_named_as_a_merge(
+    cli: Callable[..., Result], locked_project: Path
+) -> None:
+    """Two branches re-locked, and git left its markers (here with diff3's base). uv, seeded with the
+    old lockfile, failed on them ("Unexpected '<'") in a file name the user never saw; `status`
+    blamed a changed profile."""
+    lockf = locked_project / "lockfiles" / "cpu-py311" / "requirements.lock"
+    ours = lockf.read_text()
+    theirs = ours.replace("einops==0.8.1", "einops==0.8.0")
+    at = ours.index("einops==0.8.1")
+    merged = (
+        ours[:at] + "<<<<<<< HEAD\n" + ours[at:].split("\n", 1)[0] + "\n||||||| base\nold line\n=======\n"
+        + theirs[at:].split("\n", 1)[0] + "\n>>>>>>> other\n" + ours[at:].split("\n", 1)[1]
+    )  # fmt: skip
+    assert lockfile.conflicted(merged) and not lockfile.conflicted(ours)
+    assert lockfile.first_side(merged) == ours
+    lockf.write_text(merged)
+    res = cli("lock", "--check", "cpu-py311", "--project", str(locked_project))
+    assert res.code == 1
+    assert "lockfiles/cpu-py311/requirements.lock has a merge's conflict markers (two re-locks merged)" in res.err
+
+
 def test_check_ignores_env_only_changes(cli: Callable[..., Result], locked_project: Path) -> None:
     prof_path = locked_project / "profiles" / "cu121-py311.yaml"
     prof_path.write_text(prof_path.read_text().replace('OMP_NUM_THREADS: "8"', 'OMP_NUM_THREADS: "16"'))
