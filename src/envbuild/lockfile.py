@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envbuild import __version__
 from envbuild._compat import tomllib
-from envbuild.names import canonical
+from envbuild.names import CONFLICT_MARKER_RE, canonical
 
 # 2: the resolution covers each pin's hashes; 3: a conda lock's too (conda_pins)
 FORMAT_VERSION = 3
@@ -183,13 +183,9 @@ def parse_requirements(text: str) -> dict[str, Pin]:
     return pins
 
 
-# git's conflict markers (`<<<<<<< ours`, `|||||||` with diff3, `=======`, `>>>>>>> theirs`)
-_CONFLICT_RE = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)")
-
-
 def conflicted(text: str) -> bool:
     """Whether a merge left its conflict markers in the file (two branches re-locked)."""
-    return any(_CONFLICT_RE.match(line) for line in text.splitlines())
+    return any(CONFLICT_MARKER_RE.match(line) for line in text.splitlines())
 
 
 def first_side(text: str) -> str:
@@ -198,7 +194,7 @@ def first_side(text: str) -> str:
     kept: list[str] = []
     keep = True  # outside a conflict, or in its first side
     for line in text.splitlines(keepends=True):
-        marker = _CONFLICT_RE.match(line)
+        marker = CONFLICT_MARKER_RE.match(line)
         if marker is None:
             if keep:
                 kept.append(line)

@@ -184,6 +184,9 @@ IMAGE_ENTRYPOINT = ("/usr/bin/tini", "-s", "--", f"/opt/envbuild/{ENTRY_SCRIPT}"
 TORCH_FAMILY_RE = re.compile(
     r"^(torch|torchvision|torchaudio|triton|pytorch-triton(-rocm|-xpu)?|nvidia-.+|cuda-.+|rocm-.+)$"
 )
+# git's conflict markers (`<<<<<<< ours`, `|||||||` with diff3, `=======`, `>>>>>>> theirs`): a merge
+# of two branches that both changed a profile or re-locked
+CONFLICT_MARKER_RE = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)")
 PYPI_SIMPLE = "https://pypi.org/simple"
 TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 

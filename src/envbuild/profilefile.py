@@ -91,7 +91,7 @@ def _read_chain(path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]) 
                 exc.line,
                 "",
                 exc.message + where,
-                "fix the YAML syntax at that spot" if exc.line else "",
+                exc.hint or ("fix the YAML syntax at that spot" if exc.line else ""),
             )
         )
         return None

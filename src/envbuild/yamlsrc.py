@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from envbuild.names import CONFLICT_MARKER_RE
+
 MAX_BYTES = 256 * 1024
 MAX_NODES = 5_000  # a real profile has well under 500 values
 MAX_DEPTH = 32
@@ -30,11 +32,12 @@ class Located:
 
 
 class YamlProblem(Exception):
-    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+    def __init__(self, message: str, line: int | None = None, column: int | None = None, hint: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.line = line
         self.column = column
+        self.hint = hint
 
 
 _scalar_loader = yaml.SafeLoader("")
@@ -57,6 +60,13 @@ def _scalar(node: yaml.ScalarNode) -> Any:
 def parse(text: str) -> Located:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB; a profile is a few lines")
+    marker = next((n for n, line in enumerate(text.splitlines(), 1) if CONFLICT_MARKER_RE.match(line)), None)
+    if marker is not None:  # YAML's own word for it: "could not find expected ':'"
+        raise YamlProblem(
+            "a merge's conflict markers (<<<<<<<, =======, >>>>>>>)",
+            marker,
+            hint="keep one side's lines (or write both changes together), remove the markers, then validate",
+        )
     try:
         root = yaml.compose(text, Loader=_COMPOSER)
     except yaml.MarkedYAMLError as exc:

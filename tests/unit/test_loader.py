@@ -65,6 +65,14 @@ def test_duplicate_keys(write_profile: Callable[..., Path]) -> None:
     assert ":2: duplicate key 'name'" in loaded.errors[0].render()
 
 
+def test_a_merges_conflict_markers_are_named_with_their_line(write_profile: Callable[..., Path]) -> None:
+    # YAML's own word for them was "could not find expected ':'", and the fix "fix the YAML syntax"
+    text = 'name: x\n<<<<<<< HEAD\nnumpy: "2.1.3"\n=======\nnumpy: "2.1.2"\n>>>>>>> other\n'
+    error = validate.check(write_profile(text=text)).errors[0]
+    assert ":2: a merge's conflict markers" in error.render()
+    assert "keep one side's lines" in error.render()
+
+
 def test_not_a_mapping(write_profile: Callable[..., Path]) -> None:
     loaded = validate.check(write_profile(text="- just\n- a list\n"))
     assert "a profile is a mapping of keys, not a list" in loaded.errors[0].message
