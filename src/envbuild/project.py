@@ -14,7 +14,7 @@ from typing import Any, get_type_hints
 
 from envbuild._compat import tomllib
 from envbuild.errors import UsageError
-from envbuild.names import NAME_RE
+from envbuild.names import CONFLICT_MARKER_RE, NAME_RE
 from envbuild.proc import run_ok
 from envbuild.refs import without_credentials
 
@@ -189,8 +189,16 @@ def open_project(explicit: str | None = None) -> Project:
     config = ProjectConfig()
     if config_path.is_file():
         try:
-            raw: dict[str, Any] = tomllib.loads(config_path.read_text("utf-8"))
+            text = config_path.read_text("utf-8")
+            raw: dict[str, Any] = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            lines = text.splitlines() if isinstance(exc, tomllib.TOMLDecodeError) else []
+            marker = next((n for n, line in enumerate(lines, 1) if CONFLICT_MARKER_RE.match(line)), None)
+            if marker is not None:
+                raise UsageError(
+                    f"{config_path}:{marker}: a merge's conflict markers (<<<<<<<, =======, >>>>>>>)",
+                    hint="keep one side's lines (or write both changes together) and remove the markers",
+                ) from exc
             raise UsageError(f"{config_path}: not valid TOML: {exc}") from exc
         # with an [envbuild] table, what stands outside it is read by nothing: a `registry = ...`
         # above the header, a [base] meant as [envbuild.base]

@@ -253,6 +253,14 @@ def test_settings_outside_the_envbuild_table_are_named_not_ignored(project: Path
     assert cli("list", "--project", str(project)).code == 0
 
 
+def test_an_envbuild_toml_left_in_conflict_by_a_merge_is_named_so(project: Path, cli: Cli) -> None:
+    (project / "envbuild.toml").write_text(
+        "[envbuild]\n<<<<<<< HEAD\nlock_jobs = 2\n=======\nlock_jobs = 4\n>>>>>>> b\n"
+    )
+    res = cli("list", "--project", str(project))
+    assert res.code == 2 and "envbuild.toml:2: a merge's conflict markers" in res.err, res.err
+
+
 def test_option_parsing_keeps_typer_conversions_and_errors(cli: Cli, project: Path) -> None:
     # values that need converting still go through typer: an int given "abc" is a usage error
     res = cli("lock", "--all", "--jobs", "abc", "--project", str(project))
