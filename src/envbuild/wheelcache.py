@@ -158,7 +158,8 @@ def _intact(path: Path, item: Wanted) -> bool:
         return False
     # intact but touched: stamped again, as uv records a wheel's mtime in what it installs, and two
     # profiles' torch layers must not differ by it
-    os.utime(path, (FIXED_MTIME, FIXED_MTIME))
+    with contextlib.suppress(OSError):  # a cache shared with another user: theirs to stamp
+        os.utime(path, (FIXED_MTIME, FIXED_MTIME))
     return True
 
 
@@ -311,6 +312,8 @@ def other_users(lockfiles: Path) -> list[Path]:
         try:
             where = Path(entry.read_text("utf-8").strip())
         except (OSError, UnicodeDecodeError):
+            continue
+        if not where.is_absolute():  # a note being written as this reads it
             continue
         if not where.is_dir():
             with contextlib.suppress(OSError):
