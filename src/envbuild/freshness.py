@@ -31,6 +31,7 @@ from envbuild.lockfile import (
     read_record,
     resolution_id,
     sdist_only,
+    stray_line,
 )
 from envbuild.names import CONDA_SUBDIRS, canonical, lock_names
 from envbuild.plan import Plan
@@ -166,6 +167,9 @@ def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None, 
                         return Freshness("edited", edited)
                     primary = dataclasses.replace(primary, pylock_text=text)
                     continue
+                stray = None if flavor == "conda" else stray_line(text)
+                if stray is not None:  # pip would install it; the pins below would not show it
+                    raise ValueError(f"line {stray[0]} is not a pinned requirement: {stray[1][:80]}")
                 pins = _conda_pins(text, record.format) if flavor == "conda" else parse_requirements(text)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 return Freshness("edited", f"{edited} ({exc})")

@@ -203,6 +203,21 @@ def first_side(text: str) -> str:
     return "".join(kept)
 
 
+# What uv writes in a hashed requirements lock: `name==version [; marker] [\\]`, its `--hash=`
+# lines, comments. pip and uv read anything else too (a URL, `-r other.txt`, `--extra-index-url`).
+_PIN_LINE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._, -]*\])?==[^\s;\\]+( *;[^\\]*)?( \\)?")
+
+
+def stray_line(text: str) -> tuple[int, str] | None:
+    """The first line (number, text) of a requirements lock that is no pin, hash or comment:
+    parse_requirements passes over it, but pip installs it (a URL requirement, `-r`, an index)."""
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line and not line.startswith(("#", "--hash=")) and not _PIN_LINE_RE.fullmatch(line):
+            return number, line
+    return None
+
+
 def blocks(text: str) -> dict[str, str]:
     """Each requirement of a hashed requirements lock as written (its line, hashes and comments), by
     canonical name: a subset of a lockfile is these blocks, never a re-rendering of them."""

@@ -173,6 +173,29 @@ def test_a_merged_pair_of_re_locks_is_read_by_its_first_side_and_named_as_a_merg
     assert "lockfiles/cpu-py311/requirements.lock has a merge's conflict markers (two re-locks merged)" in res.err
 
 
+@pytest.mark.parametrize(
+    "stray",
+    [
+        "evil @ https://files.example/evil-1.0-py3-none-any.whl \\\n    --hash=sha256:" + "a" * 64,
+        "-r /tmp/more.txt",
+        "--extra-index-url https://mirror.example/simple",
+        "requests>=2",
+    ],
+)
+def test_a_line_pip_would_install_but_the_pins_pass_over_is_an_edit(
+    cli: Callable[..., Result], locked_project: Path, stray: str
+) -> None:
+    """Put just below the header, before any pin, such a line changed no pin's hashes, so the
+    lockfile stayed fresh, and a CI job that installs it with pip would install it."""
+    lockf = locked_project / "lockfiles" / "cpu-py311" / "requirements.lock"
+    lines = lockf.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith(lockfile.RECORD_PREFIX)) + 1
+    lockf.write_text("\n".join([*lines[:at], stray, *lines[at:]]))
+    res = cli("lock", "--check", "cpu-py311", "--project", str(locked_project))
+    assert res.code == 1
+    assert f"(line {at + 1} is not a pinned requirement: {stray.splitlines()[0][:40]}" in res.err
+
+
 def test_check_ignores_env_only_changes(cli: Callable[..., Result], locked_project: Path) -> None:
     prof_path = locked_project / "profiles" / "cu121-py311.yaml"
     prof_path.write_text(prof_path.read_text().replace('OMP_NUM_THREADS: "8"', 'OMP_NUM_THREADS: "16"'))

@@ -34,6 +34,19 @@ def test_valid_profile_has_no_diagnostics(write_profile: Callable[..., Path]) ->
     assert loaded.profile is not None and loaded.profile.build_tag == "cu121"
 
 
+def test_a_direct_url_requirement_is_refused_with_the_release_to_pin(write_profile: Callable[..., Path]) -> None:
+    """It validated and locked, but the lock's pins (and so pylock.toml, the SBOM, the smoke test's
+    checks and the edit check) left it out; a git URL has no hash for --require-hashes at all."""
+    url = "https://files.pythonhosted.org/packages/87/62/abc/einops-0.8.1-py3-none-any.whl"
+    loaded = validate.check(write_profile(packages=[f"einops @ {url}"]))
+    assert len(loaded.errors) == 1
+    text = loaded.errors[0].render()
+    assert "a direct URL is not a release the lockfiles can pin with its hash" in text
+    assert '"einops==0.8.1"' in text
+    loaded = validate.check(write_profile(packages=["einops @ git+https://github.com/arogozhnikov/einops@v0.8.1"]))
+    assert "find_links folder" in loaded.errors[0].render()
+
+
 def test_python_outside_torch_range(write_profile: Callable[..., Path]) -> None:
     msg = only_error(
         write_profile(
