@@ -110,7 +110,8 @@ def call(argv: list[str], *, stdin_is_tty: bool) -> int:
     before = {sig: signal.signal(sig, forward) for sig in passed}
     ignored = signal.signal(signal.SIGINT, signal.SIG_IGN) if stdin_is_tty else None
     try:
-        return proc.wait()  # PEP 475: resumed after each forward
+        code = proc.wait()  # PEP 475: resumed after each forward
+        return 128 - code if code < 0 else code  # a CLI killed by a signal: as a shell says it
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)

@@ -235,3 +235,10 @@ def test_a_signal_to_run_is_passed_to_the_cli_and_its_exit_code_is_runs(signum: 
     finally:
         proc.kill()
     assert (proc.returncode, out.strip()) == (7, f"got {signum}")
+
+
+def test_run_says_a_cli_killed_by_a_signal_as_a_shell_does() -> None:
+    import sys
+
+    killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    assert runner.call(killed, stdin_is_tty=False) == 137  # not -9, which an exit status cannot carry
