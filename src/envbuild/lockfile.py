@@ -203,6 +203,16 @@ def first_side(text: str) -> str:
     return "".join(kept)
 
 
+def preferences(text: str) -> str:
+    """A requirements lock as uv may read it back for the pins to keep: as it is, or, where a merge
+    or a hand left what uv cannot read or must not (conflict markers, `-r FILE`, an index option),
+    its pins alone (each conflict's first side). uv failed on those, so the re-lock `status` names
+    as the fix failed too."""
+    if not conflicted(text) and stray_line(text) is None:
+        return text
+    return "".join(f"{p.name}=={p.version}\n" for p in parse_requirements(first_side(text)).values())
+
+
 # What uv writes in a hashed requirements lock: `name==version [; marker] [\\]`, its `--hash=`
 # lines, comments. pip and uv read anything else too (a URL, `-r other.txt`, `--extra-index-url`).
 _PIN_LINE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._, -]*\])?==[^\s;\\]+( *;[^\\]*)?( \\)?")

@@ -140,10 +140,9 @@ def _resolve_platform(
     if previous is not None and previous.is_file() and not opts.upgrade:
         # uv keeps the pins already in the output file: a re-lock changes only what must change.
         text = previous.read_text("utf-8")
-        if lockfile.conflicted(text):  # a merge of two re-locks; uv failed on the markers ("Unexpected '<'")
-            out.write_text(lockfile.first_side(text))
-        else:
-            out.write_text(text)
+        seed = lockfile.preferences(text)
+        out.write_text(seed)
+        if seed == text:
             seeds[out.name] = previous
     pyproject = work / "pyproject.toml"
     pyproject.write_text(_lock_input(plan, reqs, family))

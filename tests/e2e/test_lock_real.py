@@ -234,6 +234,23 @@ def test_a_lockfile_two_merged_branches_left_in_conflict_is_re_locked(proj: Path
     assert (pins["tqdm"].version, pins["packaging"].version, pins["einops"].version) == ("4.67.1", "24.2", "0.8.1")
 
 
+def test_a_lockfile_with_a_line_uv_would_follow_is_re_locked_to_the_same_pins(proj: Path) -> None:
+    """`-r FILE` put into requirements.lock by hand: the lockfile is "edited", and the re-lock its
+    message names failed, as uv read the old file back and went looking for FILE."""
+    shutil.copytree(REPO / "lockfiles", proj / "lockfiles")
+    lockf = proj / "lockfiles" / "cpu-py311" / "requirements.lock"
+    lines = lockf.read_text().split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith(lockfile.RECORD_PREFIX)) + 1
+    lockf.write_text("\n".join([*lines[:at], "-r /nonexistent/more.txt", *lines[at:]]))
+    assert "edited" in envbuild("lock", "--check", "cpu-py311", cwd=proj).stderr
+    res = envbuild("lock", "cpu-py311", "--find-links", WHEELS, cwd=proj)
+    assert res.returncode == 0, res.stderr
+    assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
+    assert lockfile.parse_requirements(lockf.read_text()) == lockfile.parse_requirements(
+        (REPO / "lockfiles" / "cpu-py311" / "requirements.lock").read_text()
+    )
+
+
 def test_venv_refuses_wrong_interpreter(proj: Path, tmp_path: Path) -> None:
     shutil.copytree(REPO / "lockfiles" / "cu124-py312", proj / "lockfiles" / "cu124-py312")
     res = envbuild("venv", "cu124-py312", str(tmp_path / "v"), "--python", sys.executable, cwd=proj)

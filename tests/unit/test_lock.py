@@ -194,6 +194,9 @@ def test_a_line_pip_would_install_but_the_pins_pass_over_is_an_edit(
     res = cli("lock", "--check", "cpu-py311", "--project", str(locked_project))
     assert res.code == 1
     assert f"(line {at + 1} is not a pinned requirement: {stray.splitlines()[0][:40]}" in res.err
+    # what the re-lock gives uv back as the pins to keep: the pins alone (uv read `-r FILE`, and failed)
+    kept = lockfile.preferences(lockf.read_text())
+    assert lockfile.stray_line(kept) is None and "einops==0.8.1\n" in kept and "evil" not in kept
 
 
 def test_check_ignores_env_only_changes(cli: Callable[..., Result], locked_project: Path) -> None:
