@@ -28,6 +28,8 @@ _MISSING = re.compile(r"\b(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s+was\s+not\s+fou
 UNDECLARED = re.compile(
     r"indicates that `(?P<name>[^`@]+)@[^`]*` depends on `(?P<dep>[^`]+)`, but doesn't declare it as a build dependency"
 )
+# uv: "failed to write to file `PATH`: No space left on device (os error 28)"; rattler alike
+_FULL = re.compile(r"(?:`(?P<path>/[^`]+)`[^\n]*?)?(?:No space left on device|Disk quota exceeded)", re.I)
 _URL = re.compile(r"(?:Failed to fetch:|request for url \(|Failed to download)\s*`?(?P<url>\w+://[^\s`)]+)")
 # reqwest, under both uv and rattler: "HTTP status client error (401 Unauthorized) for url (...)".
 _REFUSED = re.compile(r"\b(?P<code>40[13]) (?:Unauthorized|Forbidden)\b")
@@ -63,6 +65,14 @@ def explain(tool: str, text: str, route: str) -> Explanation | None:
     `route` is the caller's way around an unreachable source ("point `index_url:` at a mirror").
     """
     lowered = text.lower()
+    full = _FULL.search(text)
+    if full is not None:  # before all else: a download cut short by it reads as a network error too
+        where = f" writing {full.group('path')}" if full.group("path") else ""
+        return Explanation(
+            f"{tool} ran out of disk space{where}",
+            "free space where it writes, or move that there: TMPDIR (envbuild's temporary folders), "
+            "UV_CACHE_DIR (uv's cache, ~/.cache/uv by default); `envbuild cache --prune` frees the wheel cache",
+        )
     undeclared = UNDECLARED.search(text)
     if undeclared is not None:  # uv's own hint names its settings files, which envbuild writes for the user
         name, dep = undeclared.group("name"), undeclared.group("dep")

@@ -14,6 +14,7 @@ before uv starts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -55,9 +56,23 @@ def make(what: str) -> Path:
 
 @contextlib.contextmanager
 def private(what: str) -> Iterator[Path]:
-    """A private folder for `what`, removed afterwards; then (once a process) what killed runs left."""
-    with tempfile.TemporaryDirectory(prefix=_prefix(what), dir=home()) as tmp:
-        yield Path(tmp)
+    """A private folder for `what`, removed afterwards; then (once a process) what killed runs left.
+    A full disk under it is said so, naming TMPDIR (it was an internal error)."""
+    where = home()
+    tmp = str(where or tempfile.gettempdir())  # until the folder is made: a failure to make it
+    try:
+        with tempfile.TemporaryDirectory(prefix=_prefix(what), dir=where) as tmp:
+            yield Path(tmp)
+    except OSError as exc:
+        # a write's error names no file; one that names a file elsewhere is not this folder's
+        if exc.errno not in {errno.ENOSPC, errno.EDQUOT} or not str(exc.filename or tmp).startswith(tmp):
+            raise
+        from envbuild.errors import WriteFailed
+
+        raise WriteFailed(
+            f"no space left in {where or tempfile.gettempdir()}, where envbuild's {what} writes its work",
+            hint="free space there, or point TMPDIR at a disk with room",
+        ) from exc
     if not _swept:
         _swept.append(True)
         sweep()

@@ -120,3 +120,11 @@ def test_conda_lock_against_an_unreachable_channel_names_the_channel_setting(tmp
     assert outcome.error.message.startswith("rattler cannot reach 127.0.0.1: the connection was refused")
     assert "set `channels:` to channel URLs this machine reaches" in outcome.error.hint
     assert not (root / "lockfiles" / "cpu-py311-conda").exists()
+
+
+def test_a_full_disk_under_uv_is_said_so_not_taken_for_the_network() -> None:
+    text = "error: failed to write to file `/tmp/e-0/lock-x/.tmpA`: No space left on device (os error 28)"
+    why = fetchfail.explain("uv", text, ROUTE)
+    assert why is not None
+    assert why.summary == "uv ran out of disk space writing /tmp/e-0/lock-x/.tmpA"
+    assert "TMPDIR" in why.hint and "UV_CACHE_DIR" in why.hint

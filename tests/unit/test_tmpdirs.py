@@ -129,3 +129,19 @@ def test_a_folder_of_envbuild_s_name_that_cannot_be_trusted_is_not_used_nor_swep
     assert tmpdirs.make("lock").parent == folder
     assert tmpdirs.sweep() == []
     assert victim.exists()
+
+
+def test_a_full_disk_under_the_private_folder_is_said_with_tmpdir(temp: Path) -> None:
+    """A write's ENOSPC names no file: `lock` on a full TMPDIR was "internal error: OSError"."""
+    import errno
+
+    from envbuild.errors import WriteFailed
+
+    with pytest.raises(WriteFailed) as caught, tmpdirs.private("lock"):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert f"no space left in {temp}, where envbuild's lock writes its work" in str(caught.value)
+    assert "TMPDIR" in caught.value.hint
+    elsewhere = OSError(errno.ENOSPC, "No space left on device", "/elsewhere/file")
+    with pytest.raises(OSError) as other, tmpdirs.private("lock"):
+        raise elsewhere
+    assert other.value is elsewhere  # another disk's: not this folder's to explain
