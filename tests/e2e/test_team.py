@@ -74,13 +74,15 @@ def test_sigterm_to_run_reaches_the_job_and_no_container_is_left(
         assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
+        assert (proc.returncode, out.strip()) == (7, "checkpointed on 15"), err
+        deadline = time.monotonic() + 20  # --rm: the engine removes it as the job ends
+        while docker_client.containers.list(all=True, filters=mine) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert docker_client.containers.list(all=True, filters=mine) == []
     finally:
         proc.kill()
-    assert (proc.returncode, out.strip()) == (7, "checkpointed on 15"), err
-    deadline = time.monotonic() + 20  # --rm: the engine removes it as the job ends
-    while docker_client.containers.list(all=True, filters=mine) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert docker_client.containers.list(all=True, filters=mine) == []
+        for left in docker_client.containers.list(all=True, filters=mine):  # what a failure here left
+            left.remove(force=True)
 
 
 def _status(cwd: Path) -> dict[str, Any]:
