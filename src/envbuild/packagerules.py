@@ -63,6 +63,8 @@ def _listed_twice(ld: Loaded, data: dict[str, Any]) -> None:
             req = Requirement(str(item))
         except InvalidRequirement:
             continue  # the model says what is wrong with it
+        if req.url:
+            _direct_url(ld, i, req, str(item))
         if req.marker is not None:
             continue  # markers may tell two entries apart (one per Python or platform)
         key = canonical(req.name)
@@ -71,3 +73,19 @@ def _listed_twice(ld: Loaded, data: dict[str, Any]) -> None:
             ld.add("error", f"packages[{i}]", f"{req.name} is listed twice (also {where})", "keep one pin", str(item))
         else:
             first[key] = i
+
+
+def _direct_url(ld: Loaded, i: int, req: Requirement, item: str) -> None:
+    """The lockfiles record releases (name, version, hashes): a URL pin was left out of
+    pylock.toml, the SBOM, the smoke test's checks and the edit check, and a git one has no hash."""
+    url = req.url or ""
+    wheel = url.rsplit("/", 1)[-1].split("#", 1)[0]
+    version = wheel.split("-")[1] if wheel.endswith(".whl") and wheel.count("-") >= 4 else "VERSION"
+    ld.add(
+        "error",
+        f"packages[{i}]",
+        f"{req.name} @ {url[:80]}: a direct URL is not a release the lockfiles can pin with its hash",
+        f'pin the release instead ("{req.name}=={version}"); for a build of your own (a git checkout, a '
+        "private wheel), put its wheel in a find_links folder and pin its version",
+        item,
+    )

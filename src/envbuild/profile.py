@@ -133,16 +133,6 @@ def _requirement(value: str) -> str:
             f"{req.name} is pinned by its own field",
             f"remove it from packages and set `{req.name.lower()}:` instead",
         )
-    if req.url:
-        # The lockfiles record releases (name, version, hashes): a URL pin was left out of
-        # pylock.toml, the SBOM, the smoke test's checks and the edit check, and a git one has no hash
-        wheel = req.url.rsplit("/", 1)[-1].split("#", 1)[0]
-        version = wheel.split("-")[1] if wheel.endswith(".whl") and wheel.count("-") >= 4 else "VERSION"
-        raise _fail(
-            f"{req.name} @ {req.url[:80]}: a direct URL is not a release the lockfiles can pin with its hash",
-            f'pin the release instead ("{req.name}=={version}"); for a build of your own (a git checkout, a '
-            "private wheel), put its wheel in a find_links folder and pin its version",
-        )
     return value
 
 

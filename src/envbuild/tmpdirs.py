@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from envbuild.errors import WriteFailed
+
 PREFIX = "envbuild-"
 # Left alone until then, even with its process gone: a folder in a temporary folder that another
 # PID namespace shares (a container's) may belong to a live process that this one cannot see.
@@ -67,8 +69,6 @@ def private(what: str) -> Iterator[Path]:
         # a write's error names no file; one that names a file elsewhere is not this folder's
         if exc.errno not in {errno.ENOSPC, errno.EDQUOT} or not str(exc.filename or tmp).startswith(tmp):
             raise
-        from envbuild.errors import WriteFailed
-
         raise WriteFailed(
             f"no space left in {where or tempfile.gettempdir()}, where envbuild's {what} writes its work",
             hint="free space there, or point TMPDIR at a disk with room",
