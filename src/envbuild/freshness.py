@@ -124,10 +124,9 @@ def _read(path: Path, shown: str) -> tuple[str | None, str]:
     """A lockfile's text, or None and why it cannot be used as it is."""
     try:
         text = path.read_text("utf-8")
-        # said first: its record is one side's, and "the profile changed" would mislead
-        return (
-            (None, f"{shown} has a merge's conflict markers (two re-locks merged)") if conflicted(text) else (text, "")
-        )
+        if conflicted(text):  # said first: its record is one side's, and "the profile changed" would mislead
+            return None, f"{shown} has a merge's conflict markers (two re-locks merged)"
+        return text, ""
     except FileNotFoundError:
         return None, f"{shown} is missing"
     except (OSError, UnicodeDecodeError) as exc:

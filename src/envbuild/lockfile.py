@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envbuild import __version__
 from envbuild._compat import tomllib
-from envbuild.names import CONFLICT_MARKER_RE, canonical
+from envbuild.names import CONFLICT_MARKER_RE, canonical, conflict_line
 
 # 2: the resolution covers each pin's hashes; 3: a conda lock's too (conda_pins)
 FORMAT_VERSION = 3
@@ -185,7 +185,7 @@ def parse_requirements(text: str) -> dict[str, Pin]:
 
 def conflicted(text: str) -> bool:
     """Whether a merge left its conflict markers in the file (two branches re-locked)."""
-    return any(CONFLICT_MARKER_RE.match(line) for line in text.splitlines())
+    return conflict_line(text) is not None
 
 
 def first_side(text: str) -> str:

@@ -187,6 +187,15 @@ TORCH_FAMILY_RE = re.compile(
 # git's conflict markers (`<<<<<<< ours`, `|||||||` with diff3, `=======`, `>>>>>>> theirs`): a merge
 # of two branches that both changed a profile or re-locked
 CONFLICT_MARKER_RE = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)")
+CONFLICT_SAID = "a merge's conflict markers (<<<<<<<, =======, >>>>>>>)"
+CONFLICT_FIX = "keep one side's lines (or write both changes together) and remove the markers"
+
+
+def conflict_line(text: str) -> int | None:
+    """The number of the first line of `text` that is a merge's conflict marker, if any."""
+    return next((n for n, line in enumerate(text.splitlines(), 1) if CONFLICT_MARKER_RE.match(line)), None)
+
+
 PYPI_SIMPLE = "https://pypi.org/simple"
 TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 

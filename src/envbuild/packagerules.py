@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuild.names import canonical
 from envbuild.profilefile import Loaded
@@ -79,8 +80,10 @@ def _direct_url(ld: Loaded, i: int, req: Requirement, item: str) -> None:
     """The lockfiles record releases (name, version, hashes): a URL pin was left out of
     pylock.toml, the SBOM, the smoke test's checks and the edit check, and a git one has no hash."""
     url = req.url or ""
-    wheel = url.rsplit("/", 1)[-1].split("#", 1)[0]
-    version = wheel.split("-")[1] if wheel.endswith(".whl") and wheel.count("-") >= 4 else "VERSION"
+    try:
+        version = str(parse_wheel_filename(url.rsplit("/", 1)[-1].split("#", 1)[0])[1])
+    except InvalidWheelFilename:  # an sdist, a git URL: no version in the name
+        version = "VERSION"
     ld.add(
         "error",
         f"packages[{i}]",

@@ -14,7 +14,7 @@ from typing import Any, get_type_hints
 
 from envbuild._compat import tomllib
 from envbuild.errors import UsageError
-from envbuild.names import CONFLICT_MARKER_RE, NAME_RE
+from envbuild.names import CONFLICT_FIX, CONFLICT_SAID, NAME_RE, conflict_line
 from envbuild.proc import run_ok
 from envbuild.refs import without_credentials
 
@@ -192,13 +192,9 @@ def open_project(explicit: str | None = None) -> Project:
             text = config_path.read_text("utf-8")
             raw: dict[str, Any] = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            lines = text.splitlines() if isinstance(exc, tomllib.TOMLDecodeError) else []
-            marker = next((n for n, line in enumerate(lines, 1) if CONFLICT_MARKER_RE.match(line)), None)
+            marker = conflict_line(text) if isinstance(exc, tomllib.TOMLDecodeError) else None
             if marker is not None:
-                raise UsageError(
-                    f"{config_path}:{marker}: a merge's conflict markers (<<<<<<<, =======, >>>>>>>)",
-                    hint="keep one side's lines (or write both changes together) and remove the markers",
-                ) from exc
+                raise UsageError(f"{config_path}:{marker}: {CONFLICT_SAID}", hint=CONFLICT_FIX) from exc
             raise UsageError(f"{config_path}: not valid TOML: {exc}") from exc
         # with an [envbuild] table, what stands outside it is read by nothing: a `registry = ...`
         # above the header, a [base] meant as [envbuild.base]
@@ -214,12 +210,7 @@ def _validate_config(raw: Any, config_path: Path, outside: dict[str, Any]) -> Pr
         raise UsageError(f"{config_path}: expected a table of settings")
     hints = get_type_hints(ProjectConfig)
     problems = [
-        f"{key}: outside the [envbuild] table, so nothing reads it"
-        + (
-            (f" (write it as [envbuild.{key}])" if isinstance(v, dict) else " (move it below [envbuild])")
-            if key in hints
-            else ""
-        )
+        f"{key}: outside the [envbuild] table, so nothing reads it{_belongs(key, v, hints)}"
         for key, v in outside.items()
     ]
     for key, value in raw.items():
@@ -254,6 +245,13 @@ def _validate_config(raw: Any, config_path: Path, outside: dict[str, Any]) -> Pr
         refs.check(f"{config_path}: base{f'.{where}' if where else ''}", image, "image")
     refs.check(f"{config_path}: torch_index", raw.get("torch_index"), "url")
     return ProjectConfig(**raw)
+
+
+def _belongs(key: str, value: Any, hints: dict[str, Any]) -> str:
+    """Where a setting found outside [envbuild] goes; nothing to say for a key that is no setting."""
+    if key not in hints:
+        return ""
+    return f" (write it as [envbuild.{key}])" if isinstance(value, dict) else " (move it below [envbuild])"
 
 
 # The settings are a flat table of strings, integers and string lists. Checking them here rather

@@ -61,16 +61,16 @@ def private(what: str) -> Iterator[Path]:
     """A private folder for `what`, removed afterwards; then (once a process) what killed runs left.
     A full disk under it is said so, naming TMPDIR (it was an internal error)."""
     where = home()
-    tmp = str(where or tempfile.gettempdir())  # until the folder is made: a failure to make it
+    base = str(where or tempfile.gettempdir())
     try:
         with tempfile.TemporaryDirectory(prefix=_prefix(what), dir=where) as tmp:
             yield Path(tmp)
     except OSError as exc:
         # a write's error names no file; one that names a file elsewhere is not this folder's
-        if exc.errno not in {errno.ENOSPC, errno.EDQUOT} or not str(exc.filename or tmp).startswith(tmp):
+        if exc.errno not in {errno.ENOSPC, errno.EDQUOT} or not str(exc.filename or base).startswith(base):
             raise
         raise WriteFailed(
-            f"no space left in {where or tempfile.gettempdir()}, where envbuild's {what} writes its work",
+            f"no space left in {base}, where envbuild's {what} writes its work",
             hint="free space there, or point TMPDIR at a disk with room",
         ) from exc
     if not _swept:

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from envbuild.names import CONFLICT_MARKER_RE
+from envbuild.names import CONFLICT_FIX, CONFLICT_SAID, conflict_line
 
 MAX_BYTES = 256 * 1024
 MAX_NODES = 5_000  # a real profile has well under 500 values
@@ -60,13 +60,9 @@ def _scalar(node: yaml.ScalarNode) -> Any:
 def parse(text: str) -> Located:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB; a profile is a few lines")
-    marker = next((n for n, line in enumerate(text.splitlines(), 1) if CONFLICT_MARKER_RE.match(line)), None)
+    marker = conflict_line(text)
     if marker is not None:  # YAML's own word for it: "could not find expected ':'"
-        raise YamlProblem(
-            "a merge's conflict markers (<<<<<<<, =======, >>>>>>>)",
-            marker,
-            hint="keep one side's lines (or write both changes together), remove the markers, then validate",
-        )
+        raise YamlProblem(CONFLICT_SAID, marker, hint=CONFLICT_FIX)
     try:
         root = yaml.compose(text, Loader=_COMPOSER)
     except yaml.MarkedYAMLError as exc:
