@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -38,6 +39,72 @@ def check_volume(item: str) -> str:
     return ":".join([str(host.resolve()), *parts[1:]])
 
 
+def check_publish(item: str) -> str:
+    """`-p PORT`, `-p HOST:CONTAINER` or `-p IP:HOST:CONTAINER` (each with /tcp or /udp), as docker's
+    -p; a port given without an address is published on 127.0.0.1 only. docker's own default is
+    every interface, and its rules go in ahead of a host firewall, so a notebook server started for
+    one user would answer the whole network."""
+    spec, _, proto = item.partition("/")
+    address, _, ports = spec.rpartition("]:") if spec.startswith("[") else ("", "", spec)
+    parts = ports.split(":")
+    if address:
+        parts = [address + "]", *parts]
+    ok = proto in ("", "tcp", "udp") and 1 <= len(parts) <= 3 and _port(parts[-1])
+    ok = ok and (len(parts) < 3 or _address(parts[0].strip("[]")))
+    # in IP:HOST:CONTAINER the host port may be left out: docker picks a free one
+    if not ok or (len(parts) >= 2 and not _port(parts[-2]) and not (len(parts) == 3 and parts[-2] == "")):
+        raise UsageError(
+            f"-p {item!r}: not PORT, HOST_PORT:CONTAINER_PORT or IP:HOST_PORT:CONTAINER_PORT",
+            hint="e.g. -p 8888 (Jupyter at 127.0.0.1:8888), -p 6006:6006, -p 0.0.0.0:8000:8000 for other machines",
+        )
+    if len(parts) == 1:
+        parts = [parts[0], parts[0]]
+    if len(parts) == 2:
+        parts = ["127.0.0.1", *parts]
+    return ":".join(parts) + (f"/{proto}" if proto else "")
+
+
+def published(spec: str) -> str:
+    """Where a checked -p spec answers, and the mistake that makes it answer nothing: a server in
+    the container listening on its own 127.0.0.1 (Jupyter's and many dev servers' default)."""
+    ports, _, proto = spec.partition("/")
+    address, host, container = ports.rsplit(":", 2)
+    where = f"{address}:{host}" if host else f"{address}:(a free port: docker port shows it)"
+    return (
+        f"container port {container}{'/' + proto if proto else ''} is at {where}; a server in the job must listen "
+        f"on 0.0.0.0 (jupyter lab --ip 0.0.0.0), not 127.0.0.1"
+    )
+
+
+def _port(text: str) -> bool:
+    return text.isdigit() and 1 <= int(text) <= 65535
+
+
+def _address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_network(network: str | None, publish: Sequence[str]) -> None:
+    """--network: `host` (multi-node NCCL, a server on the host's ports) or a docker network (a
+    database or tracking server in a container beside the job)."""
+    if network is None:
+        return
+    if not network or not all(c.isalnum() or c in "-_." for c in network):
+        raise UsageError(
+            f"--network {network!r}: not a network name", hint="e.g. --network host, or a `docker network ls` name"
+        )
+    if network in ("host", "none") and publish:
+        raise UsageError(
+            f"-p and --network {network} do not go together: "
+            + ("the job already listens on the host's own ports" if network == "host" else "the job has no network"),
+            hint="drop -p" if network == "host" else "drop one of them",
+        )
+
+
 def docker_argv(
     prof: Profile,
     image: str,
@@ -52,6 +119,8 @@ def docker_argv(
     volumes: Sequence[str] = (),
     container_workdir: str | None = None,
     user: str | None = None,
+    publish: Sequence[str] = (),
+    network: str | None = None,
 ) -> list[str]:
     """The docker CLI call for an interactive-capable run (TTYs pass through the CLI untouched)."""
     gpus = hostgpu.gpus_for(gpus, prof.accelerator, absent_ok=False)
@@ -85,6 +154,11 @@ def docker_argv(
         argv += ["-e", check_env(item)]
     for item in volumes:
         argv += ["-v", check_volume(item)]
+    check_network(network, publish)
+    if network is not None:
+        argv += ["--network", network]
+    for item in publish:
+        argv += ["-p", check_publish(item)]
     argv.append(image)
     argv += command
     return argv

@@ -144,3 +144,46 @@ def test_run_says_so_when_the_profiles_tag_names_an_image_built_from_the_tested_
         docker_client.images.remove(over.id, force=True, noprune=True)
     res = envbuild("run", "cpu-py311", "--tag", repo_name, "--", "true", cwd=e2e_project)
     assert res.returncode == 0 and "note:" not in res.stderr, res.stderr  # the tested image: nothing to say
+
+
+def test_a_server_in_the_job_answers_on_localhost_through_publish(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """A notebook, TensorBoard or a model server started with `run` could not be reached: run had no
+    -p. Published on 127.0.0.1 unless an address is given, so it answers this user only."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "hello.txt").write_text("from the job\n")
+    argv = [sys.executable, "-m", "envbuild", "run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name]
+    server = ["python", "-m", "http.server", "8000", "--bind", "0.0.0.0"]  # noqa: S104  # the container's own interfaces
+    argv += ["-p", f"{port}:8000", "--", *server]
+    mine = {"ancestor": repo_name + ":cpu-py311"}
+    proc = subprocess.Popen(argv, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        body, deadline = b"", time.monotonic() + 60
+        while not body and time.monotonic() < deadline:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/hello.txt", timeout=2).read()
+            except OSError:
+                time.sleep(0.5)
+        assert body == b"from the job\n"
+        (running,) = docker_client.containers.list(filters=mine)
+        bound = running.attrs["HostConfig"]["PortBindings"]["8000/tcp"]
+        assert bound == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert f"container port 8000 is at 127.0.0.1:{port}" in err.decode()
+    finally:
+        proc.kill()
+        for left in docker_client.containers.list(all=True, filters=mine):
+            left.remove(force=True)

@@ -49,6 +49,8 @@ def test_env_volume_and_workdir_pass_through(tmp_path: Path) -> None:
         ("-e", "1BAD=x", "not NAME=VALUE"),
         ("-v", "/nope/nothing:/data", "does not exist"),
         ("-v", "data", "HOST:CONTAINER"),
+        ("-p", "jupyter", "not PORT"),
+        ("--network", "a b", "not a network name"),
     ],
 )
 def test_bad_run_options_are_usage_errors_before_the_engine(
@@ -57,6 +59,39 @@ def test_bad_run_options_are_usage_errors_before_the_engine(
     res = cli("run", "cpu-py311", option, value, "--", "true")
     assert res.code == 2 and message in res.err
     assert "Docker engine" not in res.err  # refused before anything was asked of it
+
+
+@pytest.mark.parametrize(
+    ("given", "docker_gets"),
+    [
+        ("8888", "127.0.0.1:8888:8888"),  # docker's own default would be every interface
+        ("6006:6006", "127.0.0.1:6006:6006"),
+        ("18888:8888/tcp", "127.0.0.1:18888:8888/tcp"),
+        ("0.0.0.0:8000:8000", "0.0.0.0:8000:8000"),  # asked for: other machines reach it
+        ("127.0.0.1::8888", "127.0.0.1::8888"),  # docker picks the host port
+        ("[::1]:8888:8888", "[::1]:8888:8888"),
+    ],
+)
+def test_a_published_port_is_on_localhost_unless_an_address_is_given(given: str, docker_gets: str) -> None:
+    assert runner.check_publish(given) == docker_gets
+
+
+@pytest.mark.parametrize("bad", ["", "x", "70000", "0", "8888:", "1:2:3:4", "lan:8888:8888", ":8888:8888", "80/sctp"])
+def test_a_bad_publish_is_a_usage_error_with_examples(bad: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        runner.check_publish(bad)
+    assert "-p 6006:6006" in (caught.value.hint or "")
+
+
+def test_publish_and_network_reach_docker_and_host_networking_refuses_publish(tmp_path: Path) -> None:
+    argv = runner.docker_argv(CPU, "r:cpu-py311", ["jupyter"], workdir=tmp_path, publish=["8888"], network="mlflow")
+    assert argv[argv.index("-p") + 1] == "127.0.0.1:8888:8888"
+    assert argv[argv.index("--network") + 1] == "mlflow"
+    assert argv.index("-p") < argv.index("r:cpu-py311")  # docker options, not the job's arguments
+    with pytest.raises(UsageError, match="already listens on the host"):
+        runner.check_network("host", ["8888"])
+    # the server-side half of the fix: the job's server listens on the container's interfaces
+    assert "--ip 0.0.0.0" in runner.published(runner.check_publish("8888"))
 
 
 def test_a_project_has_its_own_image_repository(tmp_path: Path) -> None:

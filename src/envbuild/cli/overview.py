@@ -236,6 +236,15 @@ def run_image(
     user: Annotated[
         str | None, typer.Option(help="UID:GID to run as (default: yours, so /workspace files stay yours).")
     ] = None,
+    publish: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--publish", "-p", help="[IP:]HOST_PORT:CONTAINER_PORT or PORT; without an IP, on 127.0.0.1 only."
+        ),
+    ] = None,
+    network: Annotated[
+        str | None, typer.Option(help="host, or a docker network (a database or tracker beside the job).")
+    ] = None,
     project: ProjectOpt = None,
 ) -> int:
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
@@ -249,6 +258,8 @@ def run_image(
         runner.check_env(item)  # before the engine is asked anything
     for item in volume or []:
         runner.check_volume(item)
+    runner.check_network(network, publish or ())
+    ports = [runner.check_publish(item) for item in publish or []]
     proj = project_at(project)
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
@@ -274,7 +285,11 @@ def run_image(
         volumes=volume or (),
         container_workdir=workdir,
         user=user,
+        publish=ports,
+        network=network,
     )
+    for item in ports:
+        output.err().print(f"note: {runner.published(item)}")
     code = runner.call(argv, stdin_is_tty=sys.stdin.isatty())
     if code == 125 and ("--gpus" in argv or "/dev/kfd" in argv):
         # 125 is docker's own failure, before the command ran; with GPUs asked for, it is most often
