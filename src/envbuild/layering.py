@@ -79,16 +79,18 @@ def layer_groups(
 
 SOURCE_FILE = "requirements.source.lock"
 CONSTRAINTS = "constraints.txt"  # in the image's /opt/envbuild; PIP_CONSTRAINT and UV_CONSTRAINT name it
+VENV_CONSTRAINTS = "envbuild-constraints.txt"  # in `envbuild venv`'s environment; its pip.conf names it
 
 
-def constraints(plan: Plan, pins: dict[str, Pin], groups: dict[str, tuple[str, ...]]) -> str:
+def constraints(plan: Plan, pins: dict[str, Pin], groups: dict[str, tuple[str, ...]], venv: Path | None = None) -> str:
     """The pins a derived image's `pip install` may not move: the `torch`, `torch-extras` and numpy
     layers (torch, its CUDA/ROCm/Triton wheels, torchvision, torchaudio, numpy), as locked and
     smoke-tested. A package that wants another torch otherwise made pip fetch PyPI's default (CUDA)
     build over the tested one, silently; with them, pip stops with "(constraint)" in its conflict.
     A companion the lock does not hold is held to the release that pairs with torch, in torch's
     build (`+cpu`): PyPI's torchvision for a CPU torch installed without a word and failed on import
-    ("operator torchvision::nms does not exist"). The rest stays the derived image's to change."""
+    ("operator torchvision::nms does not exist"). The rest stays the derived image's to change.
+    `venv`: the same pins for `envbuild venv`'s environment there (its pip.conf names them)."""
     held = sorted(n for g in ("torch", "torch-extras", _OWN_LAYER) for n in groups.get(g, ()))
     pinned = {n: pins[n].version for n in held}
     local = pins["torch"].version.partition("+")[2] if "torch" in pins else ""
@@ -97,12 +99,12 @@ def constraints(plan: Plan, pins: dict[str, Pin], groups: dict[str, tuple[str, .
             pinned[name] = pins[name].version
         else:
             pinned[name] = f"{version}+{local}" if local else version
-    return constraints_head(plan) + "".join(f"{n}=={pinned[n]}\n" for n in sorted(pinned))
+    return constraints_head(plan, venv) + "".join(f"{n}=={pinned[n]}\n" for n in sorted(pinned))
 
 
-def constraints_head(plan: Plan) -> str:
+def constraints_head(plan: Plan, venv: Path | None = None) -> str:
     """constraints.txt's comment lines: what it holds, where its torch build comes from, and how to
-    change it."""
+    change it; in an image, or in `envbuild venv`'s environment at `venv`."""
     src = plan.source
     where = (
         f"# torch, torchvision and torchaudio of this build are on {src.canonical_index}, not on PyPI: add one\n"
@@ -113,12 +115,19 @@ def constraints_head(plan: Plan) -> str:
         if plan.profile.flavor == "conda"
         else ""
     )
+    name = plan.profile.name
+    if venv is not None:  # uv reads no configuration from a venv: its installs name the file
+        return (
+            f"# The locked torch build and numpy of envbuild profile {name}, written by envbuild venv.\n"
+            f"# pip in this venv keeps these (its pip.conf names this file); uv reads no pip.conf, so:\n"
+            f"# uv pip install -c {venv / VENV_CONSTRAINTS} ...\n{where}"
+            f"# To change them, change the profile (envbuild lock {name} && envbuild venv {name} {venv} --force).\n"
+        )
     return (
-        f"# The tested torch build and numpy of envbuild profile {plan.profile.name}, written by envbuild build.\n"
-        "# pip (PIP_CONSTRAINT) and uv (UV_CONSTRAINT) in this image and in images built FROM it keep these.\n"
-        f"{where}"
-        f"# To change them, change the profile and rebuild (envbuild lock {plan.profile.name} && envbuild build "
-        f"{plan.profile.name});\n# for one install, clear it: PIP_CONSTRAINT= pip install ...\n"
+        f"# The tested torch build and numpy of envbuild profile {name}, written by envbuild build.\n"
+        f"# pip (PIP_CONSTRAINT) and uv (UV_CONSTRAINT) in this image and in images built FROM it keep these.\n{where}"
+        f"# To change them, change the profile and rebuild (envbuild lock {name} && envbuild build {name});\n"
+        "# for one install, clear it: PIP_CONSTRAINT= pip install ...\n"
     )
 
 

@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from envbuild import buildreqs, freshness, proc, uvtool, wheelcache
+from envbuild import buildreqs, freshness, layering, proc, uvtool, wheelcache
 from envbuild import plan as plan_mod
 from envbuild.errors import UsageError, VenvError
 from envbuild.names import Events, lock_names, quiet
@@ -164,6 +164,7 @@ def create(
             + (", then compiled to bytecode" if compile_bytecode else ""),
         )
         _uv(args)
+        held = _hold(plan, snap, staging, target.resolve())
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -176,7 +177,26 @@ def create(
         "python": facts["version"],
         "packages": len(pins),
         "lockfile": str(lock_file),
+        "constraints": str(target.resolve() / layering.VENV_CONSTRAINTS) if held else "",
     }
+
+
+def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, final: Path) -> bool:
+    """The image's PIP_CONSTRAINT, for the venv: the locked torch build and numpy, which a later
+    `pip install torchvision` (or a package wanting another torch) would otherwise replace with
+    PyPI's default build without a word. pip reads a venv's own pip.conf; uv reads no
+    configuration from a venv, so the file's first lines name `uv pip install -c`. The paths are
+    where the venv ends up, not the staging folder."""
+    if "torch" not in snap.pins:
+        return False
+    groups = layering.layer_groups(plan, snap.pins, snap.text, snap.from_source)
+    (staging / layering.VENV_CONSTRAINTS).write_text(layering.constraints(plan, snap.pins, groups, venv=final), "utf-8")
+    (staging / "pip.conf").write_text(
+        "# Written by envbuild venv: pip in this venv keeps the locked torch build and numpy.\n"
+        f"[install]\nconstraint = {final / layering.VENV_CONSTRAINTS}\n",
+        "utf-8",
+    )
+    return True
 
 
 def check_target(target: Path, force: bool) -> None:

@@ -48,6 +48,34 @@ def test_cuda_profile_locks_against_pypi(proj: Path) -> None:
     assert envbuild("lock", "--check", "cu121-py311", cwd=proj).returncode == 0
 
 
+def test_pip_in_a_venv_keeps_the_locked_torch_and_numpy_as_in_the_image(tmp_path: Path) -> None:
+    """The image's PIP_CONSTRAINT had no counterpart in `envbuild venv`'s environment: a later
+    `pip install torchvision` (or any package wanting another torch or numpy) replaced the locked
+    build with PyPI's default without a word. Its own pip.conf now names the same pins."""
+    import os
+
+    target = tmp_path / "venv"
+    res = envbuild("venv", "cpu-py311", str(target), "--find-links", WHEELS, "--no-compile", cwd=REPO, timeout=900)
+    assert res.returncode == 0, res.stderr
+    held = target / "envbuild-constraints.txt"
+    assert f"uv pip install -c {held}" in res.stderr  # uv reads no pip.conf: the user is told
+    pins = [line for line in held.read_text().splitlines() if line and not line.startswith("#")]
+    assert "torch==2.13.0+cpu" in pins and "numpy==2.1.3" in pins
+    python = str(target / "bin" / "python")
+    subprocess.run([python, "-m", "ensurepip"], check=True, capture_output=True)
+    env = {**os.environ, "PIP_CERT": CA, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env.pop("PIP_CONSTRAINT", None)
+    tried = subprocess.run(
+        [python, "-m", "pip", "install", "--dry-run", "numpy==2.2.0"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert tried.returncode != 0, tried.stdout
+    assert "(constraint) numpy==2.1.3" in tried.stdout + tried.stderr
+
+
 def test_cpu_profile_locks_from_wheelhouse_and_makes_a_venv(proj: Path, tmp_path: Path) -> None:
     res = envbuild("lock", "cpu-py311", "--find-links", WHEELS, cwd=proj)
     assert res.returncode == 0, res.stderr

@@ -264,6 +264,11 @@ def venv(
             f"created {result['path']}: Python {result['python']}, {result['packages']} packages "
             f"from {proj.rel(Path(str(result['lockfile'])))}"
         )
+        if result["constraints"]:
+            output.err().print(
+                "note: later installs keep the locked torch build and numpy: pip in the venv reads them "
+                f"from its pip.conf; with uv, pass them: uv pip install -c {result['constraints']} ..."
+            )
 
 
 @app.command("cache")
