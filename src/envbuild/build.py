@@ -26,7 +26,7 @@ from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
 from envbuild.errors import SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
-from envbuild.localimage import repository
+from envbuild.localimage import repository, taken_from
 from envbuild.names import (
     LABEL_CONTENT_DIGEST,
     LABEL_SMOKE_GPU,
@@ -358,6 +358,14 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     # Only a smoke-tested image may carry the profile's tags; an untested one gets its own name.
     refs = [immutable, moving] if opts.smoke else [moving + UNTESTED]
     image = cli.images.get(final_id)
+    other = taken_from(cli, project, moving) if opts.smoke else ""
+    if other:
+        text = (
+            f"{moving} named an image of another project ({other}), and now names this build: that project's "
+            f"run and push refuse it until it builds again; give each project its own `repository` in envbuild.toml"
+        )
+        warnings.append(text)
+        say("warning", "tag", text)
     for ref in refs:  # the moving tag last: it is the one users pull
         name, tag = ref.rsplit(":", 1)
         image.tag(name, tag=tag)

@@ -55,3 +55,14 @@ def check_belongs(project: Project, prof: Profile, ref: str, labels: dict[str, s
             hint=f"build it here (envbuild build {prof.name}); projects that share an engine need their own "
             "`repository` in envbuild.toml (the default, envbuild/<project>, is)",
         )
+
+
+def taken_from(cli: Any, project: Project, ref: str) -> str:
+    """The other project whose image `ref` names now, which a build of this one is about to move the
+    tag from (its `run` and `push` then refuse what the tag names); "" when the tag is free or ours.
+    Two projects in folders of one name (or with remotes of one name) share envbuild/<name> by default."""
+    try:
+        source = dict(engine.local_image(cli, ref).labels or {}).get(LABEL_SOURCE, "")
+    except ImageMissing:
+        return ""
+    return source if source and not same_source(source, source_label(project)) else ""

@@ -187,3 +187,30 @@ def test_a_server_in_the_job_answers_on_localhost_through_publish(
         proc.kill()
         for left in docker_client.containers.list(all=True, filters=mine):
             left.remove(force=True)
+
+
+def test_a_build_that_takes_another_projects_tag_says_so(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path, docker_client: Any
+) -> None:
+    """Two projects in folders of one name share envbuild/<name> by default; each build moved the
+    other's tag without a word, and that project's run then refused what its tag named."""
+    from .conftest import local_build
+
+    shared = repo_name + "-shared"
+    docker_client.images.get(built_cpu["image_id"]).tag(shared, tag="cpu-py311")  # the first project's
+    second = tmp_path / "team-project"
+    for part in ("profiles", "lockfiles", "checks"):
+        shutil.copytree(REPO / part, second / part)
+    try:
+        res = envbuild(*local_build("cpu-py311", shared), "--json", cwd=second, timeout=1200)
+        assert res.returncode == 0, res.stderr[-3000:]
+        said = f"{shared}:cpu-py311 named an image of another project (file://{e2e_project})"
+        assert said in res.stderr
+        assert any(said in text for text in json.loads(res.stdout)["warnings"])
+        # its own build again: the tag is its own now, nothing to say
+        res = envbuild(*local_build("cpu-py311", shared), cwd=second, timeout=1200)
+        assert res.returncode == 0 and "another project" not in res.stderr, res.stderr[-3000:]
+    finally:
+        for image in docker_client.images.list(name=shared):
+            for tag in image.tags:
+                docker_client.images.remove(tag, force=True, noprune=image.id == built_cpu["image_id"])
