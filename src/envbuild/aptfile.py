@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from envbuild._compat import tomllib
 from envbuild.lockfile import LockRecord, RecordError, read_record
@@ -253,6 +254,18 @@ def read_simulation(output: str, uris: str, show: str) -> tuple[Deb, ...]:
     return tuple(sorted(debs))
 
 
+_SOURCES_SAVED = "/opt/envbuild/apt/sources.tar"  # removed in the same step: in no layer
+
+
+def snapshot_undo_script(timestamp: str) -> str:
+    """Shell that puts apt's sources back as the base had them once the pinned packages are in: an
+    image built FROM this one otherwise installed from the dated archive, without the security
+    updates published since and with apt's Valid-Until check off. "" without a snapshot."""
+    if not timestamp:
+        return ""
+    return f"tar -xPpf {_SOURCES_SAVED} && rm -f {_SOURCES_SAVED} /etc/apt/apt.conf.d/99envbuild-snapshot"
+
+
 def snapshot_script(timestamp: str) -> str:
     """Shell that points apt at the dated snapshot archive (Debian's or Ubuntu's) instead of the live
     one, in both sources formats; the snapshot's Release files are past their Valid-Until by design."""
@@ -262,9 +275,24 @@ def snapshot_script(timestamp: str) -> str:
     sec = f"http://snapshot.debian.org/archive/debian-security/{timestamp}"
     ubu = f"http://snapshot.ubuntu.com/ubuntu/{timestamp}"
     return (
+        # saved for snapshot_undo_script; the folder made here too, as `lock` runs this in a bare base
+        f"mkdir -p {_SOURCES_SAVED.rsplit('/', 1)[0]} && "
+        f"tar -cPf {_SOURCES_SAVED} /etc/apt/sources.list.d $(ls -d /etc/apt/sources.list 2>/dev/null); "
         'for f in /etc/apt/sources.list /etc/apt/sources.list.d/*; do [ -f "$f" ] && sed -i -E'
         f" -e 's#https?://(deb|security)\\.debian\\.org/debian-security/?#{sec}/#g'"
         f" -e 's#https?://deb\\.debian\\.org/debian/?#{deb}/#g'"
         f" -e 's#https?://(archive|security|[a-z]+\\.archive)\\.ubuntu\\.com/ubuntu/?#{ubu}/#g' \"$f\"; done; "
         "echo 'Acquire::Check-Valid-Until \"false\";' > /etc/apt/apt.conf.d/99envbuild-snapshot"
     )
+
+
+def template_context(apt: AptLock | None) -> dict[str, Any] | None:
+    """What the Dockerfile needs of apt.lock: the pins of each stage, and how to list and fetch."""
+    if apt is None:
+        return None
+    return {
+        "apt_pins": {stage: [d.pin for d in sorted(debs)] for stage, debs in apt.stages.items()},
+        "apt_snapshot_sh": snapshot_script(apt.snapshot),
+        "apt_snapshot_undo_sh": snapshot_undo_script(apt.snapshot),
+        "apt_dpkg_list": DPKG_LIST,
+    }

@@ -239,7 +239,11 @@ def render_for(
     # what each layer stage is made of: its lines and venv-base's (rendered without the label they go
     # into), the files they copy in and its part of the lockfile; the base image is checked apart
     stage_texts = tuple(f"layer-{g}" for g in layers)
-    bare = render.render(plan, apt=apt_context(apt), layers=groups, extra=extra, stages=stage_texts) if layers else {}
+    bare = (
+        render.render(plan, apt=aptfile.template_context(apt), layers=groups, extra=extra, stages=stage_texts)
+        if layers
+        else {}
+    )
     parts = group_files(lock_text, groups, from_source) if layers else {}
     made_of = stage_digests or {
         g: hashlib.sha256(
@@ -251,7 +255,7 @@ def render_for(
     outputs = render.render(
         plan,
         labels=labels,
-        apt=apt_context(apt),
+        apt=aptfile.template_context(apt),
         layers=groups,
         layer_digests=digests,
         extra=extra,
@@ -282,17 +286,6 @@ def dockerfile_from(plan: Plan, folder: Path) -> str | None:
     pylock = (folder / "pylock.toml").read_text("utf-8") if (folder / "pylock.toml").is_file() else ""
     built = lockfile.sdist_only(pylock)
     return render_for(plan, pins, apt, installer_name="uv", lock_text=text, from_source=built)[0]["Dockerfile"]
-
-
-def apt_context(apt: AptLock | None) -> dict[str, Any] | None:
-    """What the Dockerfile needs of apt.lock: the pins of each stage, and how to list and fetch."""
-    if apt is None:
-        return None
-    return {
-        "apt_pins": {stage: [d.pin for d in sorted(debs)] for stage, debs in apt.stages.items()},
-        "apt_snapshot_sh": aptfile.snapshot_script(apt.snapshot),
-        "apt_dpkg_list": aptfile.DPKG_LIST,
-    }
 
 
 def apt_files(lock: LockSnapshot) -> dict[str, str]:

@@ -99,7 +99,7 @@ _BUILDER_LABEL_KEYS = frozenset({LABEL_PROFILE, LABEL_LOCK_SHA, LABEL_SOURCE})
 
 
 # No apt.lock: the templates install what the archive serves today.
-NO_APT: dict[str, Any] = {"apt_pins": None, "apt_snapshot_sh": "true", "apt_dpkg_list": ""}
+NO_APT: dict[str, Any] = {"apt_pins": None, "apt_snapshot_sh": "true", "apt_snapshot_undo_sh": "", "apt_dpkg_list": ""}
 
 
 def context(

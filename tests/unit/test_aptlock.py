@@ -121,8 +121,12 @@ def test_the_snapshot_switch_rewrites_both_sources_formats(tmp_path: Path) -> No
     (etc / "sources.list.d" / "ubuntu.sources").write_text(
         "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu/\nSuites: noble noble-updates\n"
     )
-    script = aptfile.snapshot_script("20250101T000000Z").replace("/etc/apt", str(etc))
-    subprocess.run(["sh", "-c", script], check=True)
+    before = {f: f.read_text() for f in (etc / "sources.list", etc / "sources.list.d" / "ubuntu.sources")}
+
+    def scratch(script: str) -> str:
+        return script.replace("/opt/envbuild/apt", str(tmp_path)).replace("/etc/apt", str(etc))
+
+    subprocess.run(["sh", "-c", scratch(aptfile.snapshot_script("20250101T000000Z"))], check=True)
     debian = (etc / "sources.list").read_text()
     assert "deb http://snapshot.debian.org/archive/debian/20250101T000000Z/ bookworm main" in debian
     assert "http://snapshot.debian.org/archive/debian-security/20250101T000000Z/ bookworm-security" in debian
@@ -130,6 +134,12 @@ def test_the_snapshot_switch_rewrites_both_sources_formats(tmp_path: Path) -> No
     assert "URIs: http://snapshot.ubuntu.com/ubuntu/20250101T000000Z/\n" in ubuntu
     assert 'Check-Valid-Until "false"' in (etc / "apt.conf.d" / "99envbuild-snapshot").read_text()
     assert aptfile.snapshot_script("") == "true"
+    # once the pinned packages are in, the base's sources again: an image built FROM it installs
+    # from the live archive (security updates), with apt's Valid-Until check on
+    subprocess.run(["sh", "-c", scratch(aptfile.snapshot_undo_script("20250101T000000Z"))], check=True)
+    assert {f: f.read_text() for f in before} == before
+    assert not (etc / "apt.conf.d" / "99envbuild-snapshot").exists() and not (tmp_path / "sources.tar").exists()
+    assert aptfile.snapshot_undo_script("") == ""
 
 
 def test_auto_snapshot_records_the_lock_date() -> None:

@@ -221,3 +221,31 @@ def test_the_venvs_own_setuptools_is_installed_before_the_rest(
     assert ensurepip < seed_step < builder.index("COPY wheels/rest/") < rest_step
     assert {w.name.split("-")[0] for w in (ctx / "wheels" / "seed").iterdir()} <= {"setuptools"}
     assert not any(w.name.startswith("setuptools-") for w in (ctx / "wheels" / "rest").iterdir())
+
+
+def test_an_apt_snapshot_build_leaves_apts_sources_as_the_base_had_them(engineless_project: Path) -> None:
+    """With apt_snapshot, the image shipped its sources pointed at the dated archive and Valid-Until
+    off: `FROM image` + `apt-get install` then got packages without the security updates since.
+    Both apt steps now put the base's sources back in the same RUN; without a snapshot, the step
+    (and so its cached layer) is as before."""
+    import dataclasses
+
+    from envbuild import freshness, layering
+    from envbuild import plan as plan_mod
+    from envbuild.validate import load_named
+
+    project = open_project(str(engineless_project))
+    plan = plan_mod.make(project, load_named(project, "cpu-py311"))
+    lock = freshness.require_fresh(project, plan)
+    assert lock.apt is not None and not lock.apt.snapshot
+    live = layering.render_for(plan, lock.pins, lock.apt, {}, "uv", lock.text)[0]["Dockerfile"]
+    dated = dataclasses.replace(lock.apt, snapshot="20250101T000000Z")
+    text = layering.render_for(plan, lock.pins, dated, {}, "uv", lock.text)[0]["Dockerfile"]
+    steps = [s for s in text.split("\nRUN ") if "snapshot.debian.org" in s]
+    assert len(steps) == 2  # the builder's and the runtime's apt step
+    for whole in steps:
+        lines = whole.splitlines()
+        run = "\n".join(lines[: next(i for i, line in enumerate(lines) if not line.endswith("\\")) + 1])
+        assert run.index("apt-get install") < run.index("tar -xPpf /opt/envbuild/apt/sources.tar")
+        assert run.endswith("rm -f /opt/envbuild/apt/sources.tar /etc/apt/apt.conf.d/99envbuild-snapshot")
+    assert "sources.tar" not in live
