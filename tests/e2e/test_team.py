@@ -41,6 +41,28 @@ def test_a_training_run_saves_a_checkpoint_the_host_user_owns(
     assert zipfile.is_zipfile(ckpt)  # torch.save's format: the host reads it back
 
 
+def test_what_a_job_downloads_to_its_cache_is_there_for_the_next_run(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """HOME is /tmp in the container, so Hugging Face's and torch.hub's downloads went with each
+    container and every run fetched its model again. The job's ~/.cache is a host folder now."""
+    cache = tmp_path / "run-cache"
+    env = {"ENVBUILD_RUN_CACHE": str(cache)}
+    hub = "import os, torch; p = os.path.join(torch.hub.get_dir(), 'weights.bin')"
+    first = ["python", "-c", f"{hub}; os.makedirs(os.path.dirname(p)); open(p, 'w').write('w'); print(p)"]
+    again = ["python", "-c", f"{hub}; print(open(p).read())"]
+    base = ["run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name, "--"]
+    res = envbuild(*base, *first, cwd=tmp_path, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "/tmp/.cache/torch/hub/weights.bin"
+    assert (cache / "torch" / "hub" / "weights.bin").stat().st_uid == os.getuid()
+    res = envbuild(*base, *again, cwd=tmp_path, env=env, timeout=300)
+    assert (res.returncode, res.stdout.strip()) == (0, "w"), res.stderr
+    none = ["run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name, "--download-cache", "none", "--"]
+    res = envbuild(*none, *again, cwd=tmp_path, env=env, timeout=300)
+    assert res.returncode == 1 and "No such file" in res.stderr
+
+
 JOB_TRAPPING_SIGTERM = (
     "import signal, sys, time\n"
     "def stop(signum, frame):\n"

@@ -94,6 +94,21 @@ def test_publish_and_network_reach_docker_and_host_networking_refuses_publish(tm
     assert "--ip 0.0.0.0" in runner.published(runner.check_publish("8888"))
 
 
+def test_the_jobs_download_cache_is_a_folder_of_this_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVBUILD_RUN_CACHE", str(tmp_path / "run"))
+    cache = runner.download_cache("auto")
+    assert cache == (tmp_path / "run").resolve() and cache.is_dir() and cache.stat().st_mode & 0o777 == 0o700
+    argv = runner.docker_argv(CPU, "r:cpu-py311", ["python"], workdir=tmp_path, cache=cache)
+    assert argv[argv.index(f"{cache}:/tmp/.cache") - 1] == "-v" and "HOME=/tmp" in argv
+    assert runner.download_cache("none") is None
+    assert runner.download_cache("auto", user="4242:4242") is None  # it could not write this user's folder
+    assert runner.download_cache(str(tmp_path / "mine"), user="4242:4242") == (tmp_path / "mine").resolve()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="cannot make") as caught:
+        runner.download_cache(str(tmp_path / "file" / "cache"))
+    assert "--download-cache none" in (caught.value.hint or "")
+
+
 def test_a_project_has_its_own_image_repository(tmp_path: Path) -> None:
     folder = tmp_path / "Team Project_2"
     folder.mkdir()

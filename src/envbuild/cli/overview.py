@@ -245,6 +245,13 @@ def run_image(
     network: Annotated[
         str | None, typer.Option(help="host, or a docker network (a database or tracker beside the job).")
     ] = None,
+    download_cache: Annotated[
+        str,
+        typer.Option(
+            help="Host folder kept as the job's ~/.cache (Hugging Face, torch.hub): auto "
+            "(~/.cache/envbuild/run, or ENVBUILD_RUN_CACHE), a folder, or none."
+        ),
+    ] = "auto",
     project: ProjectOpt = None,
 ) -> int:
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
@@ -260,6 +267,7 @@ def run_image(
         runner.check_volume(item)
     runner.check_network(network, publish or ())
     ports = [runner.check_publish(item) for item in publish or []]
+    cache = runner.download_cache(download_cache, user)
     proj = project_at(project)
     prof = load_profile(proj, name)
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
@@ -287,6 +295,7 @@ def run_image(
         user=user,
         publish=ports,
         network=network,
+        cache=cache,
     )
     for item in ports:
         output.err().print(f"note: {runner.published(item)}")
