@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,14 +30,22 @@ def check_env(item: str) -> str:
 
 
 def check_volume(item: str) -> str:
-    """`-v HOST:CONTAINER[:ro]`: a host folder that exists, made absolute."""
+    """`-v HOST:CONTAINER[:ro]`: a host folder that exists, made absolute; or `-v NAME:CONTAINER`, a
+    docker volume (a bare name, as docker reads it, where no such folder is here)."""
     parts = item.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
         raise UsageError(f"-v {item!r}: not HOST:CONTAINER[:ro]", hint="e.g. -v ~/datasets:/data:ro")
     host = Path(parts[0]).expanduser()
+    if is_volume_name(parts[0]) and not host.exists():
+        return item
     if not host.exists():
         raise UsageError(f"-v {item!r}: {host} does not exist", hint="create it, or name a folder that exists")
     return ":".join([str(host.resolve()), *parts[1:]])
+
+
+def is_volume_name(text: str) -> bool:
+    """docker's rule for a volume's name: no path, [a-zA-Z0-9][a-zA-Z0-9_.-]+."""
+    return re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", text) is not None
 
 
 def check_publish(item: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -61,6 +62,25 @@ def test_what_a_job_downloads_to_its_cache_is_there_for_the_next_run(
     none = ["run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name, "--download-cache", "none", "--"]
     res = envbuild(*none, *again, cwd=tmp_path, env=env, timeout=300)
     assert res.returncode == 1 and "No such file" in res.stderr
+
+
+def test_a_docker_volume_by_name_is_mounted(
+    docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """`-v NAME:/data`, a docker volume, was refused ("NAME does not exist") as a missing folder."""
+    volume = f"{repo_name.replace('/', '-')}-data"
+    base = ["run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name, "--user", "0:0", "-v"]
+    try:
+        res = envbuild(*base, f"{volume}:/data", "--", "sh", "-c", "echo kept > /data/f", cwd=tmp_path, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert f"mounts the docker volume {volume}" in res.stderr
+        res = envbuild(*base, f"{volume}:/data:ro", "--", "cat", "/data/f", cwd=tmp_path, timeout=300)
+        assert (res.returncode, res.stdout.strip()) == (0, "kept"), res.stderr
+    finally:
+        import docker
+
+        with contextlib.suppress(docker.errors.NotFound):
+            docker_client.volumes.get(volume).remove(force=True)
 
 
 JOB_TRAPPING_SIGTERM = (

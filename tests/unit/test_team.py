@@ -94,6 +94,16 @@ def test_publish_and_network_reach_docker_and_host_networking_refuses_publish(tm
     assert "--ip 0.0.0.0" in runner.published(runner.check_publish("8888"))
 
 
+def test_a_bare_name_that_is_no_folder_here_is_a_docker_volume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-v hf-cache:/cache`, docker's named volume, was refused: "hf-cache does not exist"."""
+    monkeypatch.chdir(tmp_path)
+    assert runner.check_volume("hf-cache:/cache") == "hf-cache:/cache"
+    (tmp_path / "data").mkdir()
+    assert runner.check_volume("data:/data:ro") == f"{tmp_path.resolve() / 'data'}:/data:ro"  # a folder here wins
+    with pytest.raises(UsageError, match="does not exist"):
+        runner.check_volume("./nothing:/data")  # a path, not a name: a typo is still caught
+
+
 def test_the_jobs_download_cache_is_a_folder_of_this_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENVBUILD_RUN_CACHE", str(tmp_path / "run"))
     cache = runner.download_cache("auto")
