@@ -35,17 +35,20 @@ def check_volume(item: str) -> str:
     parts = item.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
         raise UsageError(f"-v {item!r}: not HOST:CONTAINER[:ro]", hint="e.g. -v ~/datasets:/data:ro")
-    host = Path(parts[0]).expanduser()
-    if is_volume_name(parts[0]) and not host.exists():
+    if volume_name(item):
         return item
+    host = Path(parts[0]).expanduser()
     if not host.exists():
         raise UsageError(f"-v {item!r}: {host} does not exist", hint="create it, or name a folder that exists")
     return ":".join([str(host.resolve()), *parts[1:]])
 
 
-def is_volume_name(text: str) -> bool:
-    """docker's rule for a volume's name: no path, [a-zA-Z0-9][a-zA-Z0-9_.-]+."""
-    return re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", text) is not None
+def volume_name(item: str) -> str:
+    """The docker volume a `-v SOURCE:...` mounts: SOURCE when it is a name by docker's rule (no
+    path: [a-zA-Z0-9][a-zA-Z0-9_.-]+) and no folder of that name is here; else ""."""
+    source = item.split(":", 1)[0]
+    named = re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+", source) is not None
+    return source if named and not Path(source).exists() else ""
 
 
 def check_publish(item: str) -> str:
@@ -54,14 +57,18 @@ def check_publish(item: str) -> str:
     every interface, and its rules go in ahead of a host firewall, so a notebook server started for
     one user would answer the whole network."""
     spec, _, proto = item.partition("/")
-    address, _, ports = spec.rpartition("]:") if spec.startswith("[") else ("", "", spec)
-    parts = ports.split(":")
-    if address:
-        parts = [address + "]", *parts]
-    ok = proto in ("", "tcp", "udp") and 1 <= len(parts) <= 3 and _port(parts[-1])
-    ok = ok and (len(parts) < 3 or _address(parts[0].strip("[]")))
-    # in IP:HOST:CONTAINER the host port may be left out: docker picks a free one
-    if not ok or (len(parts) >= 2 and not _port(parts[-2]) and not (len(parts) == 3 and parts[-2] == "")):
+    if spec.startswith("["):  # [IPv6]:HOST:CONTAINER
+        address, _, ports = spec.partition("]:")
+        parts = [address + "]", *ports.split(":")]
+    else:
+        parts = spec.split(":")
+    *front, container = parts
+    ok = proto in ("", "tcp", "udp") and _port(container) and len(front) <= 2
+    if len(front) == 1:
+        ok = ok and _port(front[0])
+    elif len(front) == 2:  # the host port may be left out: docker picks a free one
+        ok = ok and _address(front[0].strip("[]")) and (front[1] == "" or _port(front[1]))
+    if not ok:
         raise UsageError(
             f"-p {item!r}: not PORT, HOST_PORT:CONTAINER_PORT or IP:HOST_PORT:CONTAINER_PORT",
             hint="e.g. -p 8888 (Jupyter at 127.0.0.1:8888), -p 6006:6006, -p 0.0.0.0:8000:8000 for other machines",

@@ -299,12 +299,11 @@ def run_image(
     )
     for item in ports:
         output.err().print(f"note: {runner.published(item)}")
-    for item in volume or []:
-        if runner.check_volume(item) == item and runner.is_volume_name(item.split(":")[0]):
-            output.err().print(
-                f"note: -v {item} mounts the docker volume {item.split(':')[0]} (there is no folder of that name "
-                "here; docker makes the volume if it is new): `docker volume ls` lists them"
-            )
+    for named in filter(None, map(runner.volume_name, volume or [])):
+        output.err().print(
+            f"note: -v {named}:... mounts the docker volume {named} (there is no folder of that name here; docker "
+            "makes the volume if it is new): `docker volume ls` lists them"
+        )
     code = runner.call(argv, stdin_is_tty=sys.stdin.isatty())
     if code == 125 and ("--gpus" in argv or "/dev/kfd" in argv):
         # 125 is docker's own failure, before the command ran; with GPUs asked for, it is most often
