@@ -42,16 +42,15 @@ def check_belongs(project: Project, prof: Profile, ref: str, labels: dict[str, s
     another project's image under the same tag is refused with the fix, never used silently."""
 
     built_as = labels.get(LABEL_PROFILE)
-    source = labels.get(LABEL_SOURCE, "")
     if built_as != prof.name:
         raise UsageError(
             f"{ref} is not an envbuild image of {prof.name} (its profile label says {built_as or 'nothing'})",
             hint=f"build it here (envbuild build {prof.name}), or name another image with --tag",
         )
-    ours = source_label(project)
-    if source and not same_source(source, ours):
+    source = other_source(project, labels)
+    if source:
         raise UsageError(
-            f"{ref} was built by another project ({source}), not this one ({ours})",
+            f"{ref} was built by another project ({source}), not this one ({source_label(project)})",
             hint=f"build it here (envbuild build {prof.name}); projects that share an engine need their own "
             "`repository` in envbuild.toml (the default, envbuild/<project>, is)",
         )
@@ -62,7 +61,13 @@ def taken_from(cli: Any, project: Project, ref: str) -> str:
     tag from (its `run` and `push` then refuse what the tag names); "" when the tag is free or ours.
     Two projects in folders of one name (or with remotes of one name) share envbuild/<name> by default."""
     try:
-        source = dict(engine.local_image(cli, ref).labels or {}).get(LABEL_SOURCE, "")
+        return other_source(project, dict(engine.local_image(cli, ref).labels or {}))
     except ImageMissing:
         return ""
+
+
+def other_source(project: Project, labels: dict[str, str]) -> str:
+    """The source label of an image another project built (by its labels); "" for this one's or
+    an unlabelled image."""
+    source = labels.get(LABEL_SOURCE, "")
     return source if source and not same_source(source, source_label(project)) else ""

@@ -111,8 +111,9 @@ _state: dict[str, object] = {}  # "argv": the eligible command line; "early": an
 
 
 def _records() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "envbuild" / "lock-ahead"
+    from envbuild import tmpdirs
+
+    return tmpdirs.cache_home() / "lock-ahead"
 
 
 def _record_path(argv: Sequence[str]) -> Path:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from envbuild import engine, hostgpu
+from envbuild import engine, hostgpu, tmpdirs
 from envbuild.errors import UsageError
 from envbuild.names import RUN_SHM_SIZE
 from envbuild.profile import Profile
@@ -134,8 +134,7 @@ def download_cache(choice: str, user: str | None = None) -> Path | None:
     if choice == "none" or (choice == "auto" and user not in (None, f"{os.getuid()}:{os.getgid()}")):
         return None
     if choice == "auto":
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        folder = Path(os.environ.get(RUN_CACHE_ENV) or base / "envbuild" / "run")
+        folder = Path(os.environ.get(RUN_CACHE_ENV) or tmpdirs.cache_home() / "run")
     else:
         folder = Path(choice).expanduser()
     try:

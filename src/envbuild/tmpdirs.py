@@ -25,6 +25,14 @@ from pathlib import Path
 from envbuild.errors import WriteFailed
 
 PREFIX = "envbuild-"
+
+
+def cache_home() -> Path:
+    """envbuild's folder of the user's cache: $XDG_CACHE_HOME/envbuild, else ~/.cache/envbuild. The
+    wheel cache, the lock-ahead records and `run`'s download cache each have a folder in it."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild"
+
+
 # Left alone until then, even with its process gone: a folder in a temporary folder that another
 # PID namespace shares (a container's) may belong to a live process that this one cannot see.
 STALE_AFTER_S = 24 * 3600.0

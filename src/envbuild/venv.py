@@ -177,18 +177,18 @@ def create(
         "python": facts["version"],
         "packages": len(pins),
         "lockfile": str(lock_file),
-        "constraints": str(target.resolve() / layering.VENV_CONSTRAINTS) if held else "",
+        "constraints": str(held or ""),
     }
 
 
-def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, final: Path) -> bool:
+def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, final: Path) -> Path | None:
     """The image's PIP_CONSTRAINT, for the venv: the locked torch build and numpy, which a later
     `pip install torchvision` (or a package wanting another torch) would otherwise replace with
     PyPI's default build without a word. pip reads a venv's own pip.conf; uv reads no
     configuration from a venv, so the file's first lines name `uv pip install -c`. The paths are
-    where the venv ends up, not the staging folder."""
+    where the venv ends up, not the staging folder. The file's path there, or None without torch."""
     if "torch" not in snap.pins:
-        return False
+        return None
     groups = layering.layer_groups(plan, snap.pins, snap.text, snap.from_source)
     (staging / layering.VENV_CONSTRAINTS).write_text(layering.constraints(plan, snap.pins, groups, venv=final), "utf-8")
     (staging / "pip.conf").write_text(
@@ -196,7 +196,7 @@ def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, fina
         f"[install]\nconstraint = {final / layering.VENV_CONSTRAINTS}\n",
         "utf-8",
     )
-    return True
+    return final / layering.VENV_CONSTRAINTS
 
 
 def check_target(target: Path, force: bool) -> None:

@@ -39,8 +39,7 @@ def root() -> Path:
     """ENVBUILD_CACHE_DIR, else $XDG_CACHE_HOME/envbuild/wheels, else ~/.cache/envbuild/wheels."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "envbuild" / "wheels"
+    return tmpdirs.cache_home() / "wheels"
 
 
 def _slot(sha: str) -> Path:
