@@ -123,6 +123,14 @@ def check_network(network: str | None, publish: Sequence[str]) -> None:
 
 RUN_CACHE_ENV = "ENVBUILD_RUN_CACHE"
 
+# What torch.compile builds lives outside ~/.cache by default (inductor's kernels, compiled graphs
+# and vec-ISA probe in /tmp/torchinductor_USER; Triton's own in ~/.triton), so each run compiled its
+# model from nothing again. In the download cache they are there for the next run. Inductor's cache
+# keys carry torch's build, the hardware and the compiler command, so one folder serves every image
+# and host; a -e of the same name wins.
+JOB_CACHE = "/tmp/.cache"  # noqa: S108 - the job's ~/.cache in its container (HOME=/tmp), no file here
+COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": f"{JOB_CACHE}/torchinductor", "TRITON_HOME": JOB_CACHE}
+
 
 def download_cache(choice: str, user: str | None = None) -> Path | None:
     """The host folder `run` mounts as the job's ~/.cache (HOME is /tmp): what Hugging Face,
@@ -192,7 +200,9 @@ def docker_argv(
     # user's own file; HOME then points at a folder any user may write (the image's home is uid 1000's).
     argv += ["--user", user or f"{os.getuid()}:{os.getgid()}", "-e", "HOME=/tmp"]
     if cache is not None:
-        argv += ["-v", f"{cache}:/tmp/.cache"]
+        argv += ["-v", f"{cache}:{JOB_CACHE}"]
+        named = {item.partition("=")[0] for item in env}
+        argv += [arg for key, value in COMPILE_CACHES.items() if key not in named for arg in ("-e", f"{key}={value}")]
     if os.environ.get("TERM"):
         argv += ["-e", f"TERM={os.environ['TERM']}"]
     for item in env:

@@ -64,6 +64,27 @@ def test_what_a_job_downloads_to_its_cache_is_there_for_the_next_run(
     assert res.returncode == 1 and "No such file" in res.stderr
 
 
+def test_what_torch_compile_built_in_one_run_is_found_by_the_next(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """Inductor keeps its compiled graphs in /tmp/torchinductor_USER, which went with each
+    container: every run compiled its model from nothing (17 s against 10 s here for one small
+    function). They are in the download cache now, and the second run's compile is a cache hit."""
+    cache = tmp_path / "run-cache"
+    job = (
+        "import torch; from torch._dynamo.utils import counters; "
+        "f = torch.compile(lambda x: (x.sin() * 2).sum()); f(torch.ones(8)); "
+        "print(sorted(k for k in counters['inductor'] if k.startswith('fxgraph_cache')))"
+    )
+    base = ["run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name, "--", "python", "-c", job]
+    env = {"ENVBUILD_RUN_CACHE": str(cache)}
+    first = envbuild(*base, cwd=tmp_path, env=env, timeout=300)
+    assert (first.returncode, first.stdout.strip()) == (0, "['fxgraph_cache_miss']"), first.stderr
+    assert (cache / "torchinductor" / "fxgraph").is_dir()
+    again = envbuild(*base, cwd=tmp_path, env=env, timeout=300)
+    assert (again.returncode, again.stdout.strip()) == (0, "['fxgraph_cache_hit']"), again.stderr
+
+
 def test_a_docker_volume_by_name_is_mounted(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:

@@ -119,6 +119,22 @@ def test_the_jobs_download_cache_is_a_folder_of_this_users(tmp_path: Path, monke
     assert "--download-cache none" in (caught.value.hint or "")
 
 
+def test_torch_compiles_cache_is_in_the_download_cache_unless_the_user_names_another(tmp_path: Path) -> None:
+    def env_of(argv: list[str]) -> dict[str, str]:
+        pairs = [argv[i + 1].partition("=") for i, arg in enumerate(argv) if arg == "-e"]
+        return {key: value for key, _, value in pairs}
+
+    argv = runner.docker_argv(CPU, "r:cpu-py311", ["python"], workdir=tmp_path, cache=tmp_path)
+    assert env_of(argv)["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/.cache/torchinductor"
+    assert env_of(argv)["TRITON_HOME"] == "/tmp/.cache"  # Triton's ~/.triton/cache for kernels outside inductor
+    mine = runner.docker_argv(
+        CPU, "r:cpu-py311", ["python"], workdir=tmp_path, cache=tmp_path, env=["TORCHINDUCTOR_CACHE_DIR=/data/ind"]
+    )
+    assert mine.count("-e") == argv.count("-e") and env_of(mine)["TORCHINDUCTOR_CACHE_DIR"] == "/data/ind"
+    none = runner.docker_argv(CPU, "r:cpu-py311", ["python"], workdir=tmp_path)
+    assert "TORCHINDUCTOR_CACHE_DIR" not in env_of(none)  # no host folder: the container's /tmp, as torch's default
+
+
 def test_a_project_has_its_own_image_repository(tmp_path: Path) -> None:
     folder = tmp_path / "Team Project_2"
     folder.mkdir()

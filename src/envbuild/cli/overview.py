@@ -248,7 +248,7 @@ def run_image(
     download_cache: Annotated[
         str,
         typer.Option(
-            help="Host folder kept as the job's ~/.cache (Hugging Face, torch.hub): auto "
+            help="Host folder kept as the job's ~/.cache (Hugging Face, torch.hub, torch.compile's caches): auto "
             "(~/.cache/envbuild/run, or ENVBUILD_RUN_CACHE), a folder, or none."
         ),
     ] = "auto",
