@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from envbuild import freshness, lockfile, proc, validate, venvlock
+from envbuild import freshness, lockfile, proc, profilefile, validate, venvlock
 from envbuild import plan as plan_mod
 from envbuild.errors import BaseImageError, EngineUnavailable, EnvbuildError, StaleLock, UsageError
 from envbuild.lockopts import LockOptions, LockOutcome
@@ -138,4 +138,28 @@ def lock_many(
 
     An interrupt (Ctrl-C, SIGTERM) stops the resolvers the workers run and every lock not started;
     none of them writes anything (`proc.check_cancelled` before each write)."""
-    return proc.gather(lambda n: lock_one(project, n, opts, events), names, jobs)
+    done: dict[str, LockOutcome] = {}
+    for wave in _waves(project, names):
+        done |= zip(wave, proc.gather(lambda n: lock_one(project, n, opts, events), wave, jobs), strict=True)
+    return [done[n] for n in names]
+
+
+def _waves(project: Project, names: Sequence[str]) -> list[list[str]]:
+    """The profiles in the order their locks need: one after the profiles it extends that this run
+    locks too. A first lock keeps the pins of the profile it extends (venvlock), so a variant locked
+    beside its parent would otherwise start from the parent's lockfile or from nothing, as the
+    timing fell."""
+    asked = set(names)
+    after: dict[str, set[str]] = {}
+    for name in names:
+        try:
+            after[name] = set(profilefile.read_raw(project.profile_path(name)).extends) & asked
+        except EnvbuildError:  # lock_one says what is wrong with it
+            after[name] = set()
+    waves: list[list[str]] = []
+    left = list(dict.fromkeys(names))
+    while left:
+        wave = [n for n in left if not after[n] & set(left)] or left  # `extends` has no cycles in a valid profile
+        waves.append(wave)
+        left = [n for n in left if n not in wave]
+    return waves

@@ -30,6 +30,7 @@ class Loaded:
     profile: Any = None  # a Profile once the model accepted the data
     bad_fields: set[str] = field(default_factory=set)
     nested_lines: dict[tuple[str | int, ...], int] = field(default_factory=dict)
+    extends: list[str] = field(default_factory=list)  # the profiles this one extends, nearest first
 
     def line(self, key: str, loc: tuple[str | int, ...] = ()) -> int | None:
         return self.nested_lines.get(loc) or self.origin.get(key, (self.shown, None))[1]
@@ -174,6 +175,7 @@ def _read_chain(path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]) 
                 )
             else:
                 parent_shown = str(Path(shown).parent / parent.name)
+                loaded.extends.append(parent.stem)
                 got = _read_chain(parent, parent_shown, loaded, (*seen, path.resolve()))
                 if got is None:
                     return None

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote
 
-from envbuild import buildreqs, lockahead, lockfile, lockverify, proc, render, tmpdirs, uvtool
+from envbuild import buildreqs, lockahead, lockfile, lockverify, proc, profilefile, render, tmpdirs, uvtool
 from envbuild.errors import LockError
 from envbuild.freshness import Freshness, LockSnapshot, lock_dir
 from envbuild.fsutil import atomic_write_many
@@ -226,6 +226,22 @@ def canonical_sources(text: str, src: TorchSource) -> str:
     return re.sub(r'url = "(file://[^"]+\.whl)"', wheel_url, text)
 
 
+def _pins_to_keep(project: Project, plan: Plan, primary: str) -> tuple[Path, str | None]:
+    """The lockfile whose pins the resolve keeps where they still fit: the profile's own; for one
+    not locked yet, that of the nearest profile it extends that is (and the name of that profile).
+    A variant (`extends: cpu-py311` plus a package) then keeps its parent's versions of what they
+    share, and with them the parent's image layers; resolved afresh, it took whatever PyPI released
+    since, and its torch-deps layer (36 MB) and versions differed from the parent's."""
+    own = lock_dir(project, plan.name) / primary
+    if own.is_file():
+        return own, None
+    for parent in profilefile.read_raw(project.profile_path(plan.name)).extends:
+        theirs = lock_dir(project, parent) / primary
+        if theirs.is_file():
+            return theirs, parent
+    return own, None
+
+
 def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | None = None) -> LockOutcome:
     """Lock a venv profile; `found`: the current lockfiles' freshness, when the caller has it."""
     src = plan.source
@@ -236,6 +252,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
     before: dict[str, dict[str, Pin]] = {}
     after: dict[str, dict[str, Pin]] = {}
     merged: list[str] = []  # lockfiles with a merge's conflict markers: re-locked from their first side
+    kept_from: str | None = None  # a profile this one extends, whose pins a first lock started from
     with tmpdirs.private("lock") as tmp:
         for platform in plan.platforms:
             primary, secondary = lock_names(platform)
@@ -246,9 +263,10 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
                     text = lockfile.first_side(text)
                 before[platform] = lockfile.parse_requirements(text)
             current = found.snapshots.get(platform) if found is not None else None
-            pins, req_text, pylock_text = _resolve_platform(
-                plan, platform, opts, directory / primary, Path(tmp), current
-            )
+            keep, parent = _pins_to_keep(project, plan, primary)
+            if parent is not None and not opts.upgrade:
+                kept_from = parent
+            pins, req_text, pylock_text = _resolve_platform(plan, platform, opts, keep, Path(tmp), current)
             after[platform] = pins
             record = lockfile.new_record(
                 profile=plan.name,
@@ -274,6 +292,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
         f"{count} packages"
         + (f" ({', '.join(sorted(from_source))}: no wheel, built from the sdist)" if from_source else "")
         + (f"; {', '.join(merged)} had merge conflicts: re-locked from their first side (`<<<<<<<`)" if merged else "")
+        + (f"; {kept_from}'s versions kept where they fit (it extends {kept_from})" if kept_from else "")
         + (" (dry run: nothing written)" if opts.dry_run else ""),
         packages=count,
         files=written,

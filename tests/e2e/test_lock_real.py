@@ -352,6 +352,31 @@ def test_upgrade_package_re_resolves_only_that_package(proj: Path) -> None:
     }
 
 
+def test_a_variant_locked_for_the_first_time_keeps_the_versions_of_the_profile_it_extends(proj: Path) -> None:
+    """A team derives a profile (`extends: cpu-py311` plus a package). Its first lock resolved
+    afresh: every package the two share took what PyPI released since the parent's lock, so the
+    variant's versions, and its torch-deps image layer, differed from the parent's."""
+    parent = proj / "profiles" / "cpu-py311.yaml"
+    parent.write_text(parent.read_text().replace('["einops==0.8.1"]', '["einops==0.8.1", "filelock==3.16.1"]'))
+    (proj / "profiles" / "cpu-py311-tqdm.yaml").write_text(
+        'name: cpu-py311-tqdm\nextends: cpu-py311\npackages: ["einops==0.8.1", "tqdm==4.67.1"]\n'
+    )
+    variant = proj / "lockfiles" / "cpu-py311-tqdm" / "requirements.lock"
+
+    def filelock() -> str:
+        return lockfile.parse_requirements(variant.read_text())["filelock"].version
+
+    # Asked child first: the parent is locked first all the same, and the child starts from it.
+    res = envbuild("lock", "cpu-py311-tqdm", "cpu-py311", "--no-apt", "--find-links", WHEELS, cwd=proj)
+    assert res.returncode == 0, res.stderr
+    assert "cpu-py311's versions kept where they fit (it extends cpu-py311)" in res.stderr
+    assert filelock() == "3.16.1"  # no longer pinned by the variant's packages: kept from the parent's lock
+    fresh = envbuild("lock", "cpu-py311-tqdm", "--no-apt", "--find-links", WHEELS, "--upgrade", cwd=proj)
+    assert fresh.returncode == 0, fresh.stderr
+    assert filelock() != "3.16.1"  # what the first lock would have taken without the parent's pins
+    assert "versions kept" not in fresh.stderr
+
+
 def test_a_relock_says_what_it_changed(proj: Path) -> None:
     """The summary a reviewer reads instead of a diff of hashes: moved pins, added and removed packages."""
     first = envbuild("lock", "cpu-py311", "--find-links", WHEELS, cwd=proj)

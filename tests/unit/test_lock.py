@@ -386,3 +386,52 @@ def test_the_wheelhouse_that_holds_torch_stands_in_for_the_index_wherever_it_is_
     assert src.find_links == (str(own), str(house))  # both still read
     src = torchsource.torch_source(prof, find_links=(str(own), "https://example.test/wheels/"))
     assert src.torch_index == own.resolve().as_uri()  # none holds torch (a URL is not looked into)
+
+
+def _family(root: Path) -> None:
+    (root / "profiles").mkdir(parents=True)
+    for name, parent in [("cpu-py311", "_base"), ("cpu-py311-a", "cpu-py311"), ("cpu-py311-b", "cpu-py311-a")]:
+        (root / "profiles" / f"{name}.yaml").write_text(f"name: {name}\nextends: {parent}\n")
+    (root / "profiles" / "_base.yaml").write_text("accelerator: cpu\n")
+    (root / "profiles" / "cu121-py311.yaml").write_text("name: cu121-py311\n")
+
+
+def test_a_profile_is_locked_after_the_profiles_it_extends_that_the_same_run_locks(tmp_path: Path) -> None:
+    _family(tmp_path)
+    proj = open_project(str(tmp_path))
+    assert lock._waves(proj, ["cpu-py311-b", "cu121-py311", "cpu-py311-a", "cpu-py311"]) == [
+        ["cu121-py311", "cpu-py311"],
+        ["cpu-py311-a"],
+        ["cpu-py311-b"],
+    ]
+    assert lock._waves(proj, ["cpu-py311-b", "cpu-py311"]) == [["cpu-py311"], ["cpu-py311-b"]]  # a grandparent too
+    assert lock._waves(proj, ["cpu-py311-b", "nothing-here"]) == [["cpu-py311-b", "nothing-here"]]
+
+
+def test_a_first_lock_keeps_the_pins_of_the_nearest_locked_profile_it_extends(tmp_path: Path) -> None:
+    from envbuild import venvlock
+
+    _family(tmp_path)
+    proj = open_project(str(tmp_path))
+    prof = profile.Profile.model_validate(
+        {"name": "cpu-py311-b", "accelerator": "cpu", "python": "3.11", "torch": "2.13.0", "numpy": "2.1.3"}
+    )
+    plan = plan_mod.for_profile(prof)
+    lockdir = tmp_path / "lockfiles"
+    assert venvlock._pins_to_keep(proj, plan, "requirements.lock") == (
+        lockdir / "cpu-py311-b" / "requirements.lock",
+        None,
+    )  # nothing locked: a fresh resolve
+    for name in ("cpu-py311", "cpu-py311-a"):
+        (lockdir / name).mkdir(parents=True)
+        (lockdir / name / "requirements.lock").write_text(SAMPLE)
+    assert venvlock._pins_to_keep(proj, plan, "requirements.lock") == (
+        lockdir / "cpu-py311-a" / "requirements.lock",
+        "cpu-py311-a",
+    )
+    (lockdir / "cpu-py311-b").mkdir()
+    (lockdir / "cpu-py311-b" / "requirements.lock").write_text(SAMPLE)
+    assert venvlock._pins_to_keep(proj, plan, "requirements.lock") == (
+        lockdir / "cpu-py311-b" / "requirements.lock",
+        None,
+    )  # its own lockfile, once it has one
