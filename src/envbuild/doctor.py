@@ -145,6 +145,19 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
     return out
 
 
+def gpu_problem(prof: Profile) -> str | None:
+    """What keeps a CUDA profile's job off this host's GPUs (a driver older than its CUDA's floor,
+    a GPU its build has no kernels for), judged as `doctor` and the smoke test judge it; None when
+    nothing does, or when there is no NVIDIA GPU to judge (`run` refuses that case itself)."""
+    if prof.accelerator != "cuda":
+        return None
+    driver, gpus, _ = _nvidia_smi()
+    if not gpus:
+        return None
+    ok, why = _host_verdict(prof, HostReport(nvidia_driver=driver or driver_version(), gpus=gpus))
+    return None if ok else why
+
+
 def _host_verdict(prof: Profile, report: HostReport) -> tuple[bool, str]:
     """Whether this host's GPUs and driver suit one profile, judged as its smoke test would judge
     them; the engine is judged apart."""

@@ -6,13 +6,16 @@ smoke test makes inside the image (driver floors, architecture coverage), and mu
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from envbuild import doctor
+from envbuild import doctor, validate
 from envbuild.project import open_project
+from tests.conftest import Result
 
 H200 = doctor.Gpu(0, "NVIDIA H200", "9.0", 143771)
 B200 = doctor.Gpu(0, "NVIDIA B200", "10.0", 183359)
@@ -160,3 +163,52 @@ def test_the_hosts_compiler_is_judged_by_what_it_builds(monkeypatch: pytest.Monk
 def test_a_host_without_a_compiler_has_no_compiler_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     assert doctor._cxx() == {}
+
+
+def _fake_nvidia_smi(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu: str, driver: str) -> None:
+    """An nvidia-smi that answers as one on a host with that GPU and driver would (none exists here)."""
+    folder.mkdir()
+    exe = folder / "nvidia-smi"
+    exe.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --query-gpu=*) echo "0, {gpu}, {driver}";; '
+        f'*) echo "| NVIDIA-SMI {driver}   Driver Version: {driver}   CUDA Version: 11.4 |";; esac\n'
+    )
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("NVIDIA A100-SXM4-80GB, 8.0, 81920", "470.82.01", "cu121-py311", "older than 525.60.13"),
+        ("Tesla P100-PCIE-16GB, 6.0, 16384", "570.86.10", "cu128-py313", "(sm_60) is not in the cu128 build"),
+    ],
+)
+def test_run_refuses_a_cuda_profile_whose_gpu_work_this_host_cannot_run(
+    cli: Callable[..., Result],
+    engineless_project: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, str, str, str],
+) -> None:
+    """torch in the job would not see the GPUs, and a script that falls back to the CPU (`"cuda" if
+    torch.cuda.is_available() else "cpu"`) trained there without a word; `run` started it all the same."""
+    gpu, driver, profile, said = case
+    _fake_nvidia_smi(tmp_path / "bin", monkeypatch, gpu, driver)
+    res = cli("run", profile, "--", "python", "train.py")
+    assert res.code == 2
+    assert f"{profile}'s GPU work cannot run on this host" in res.err and said in res.err
+    assert "envbuild doctor" in res.err and "--gpus none" in res.err
+    fine = doctor.gpu_problem(validate.load_named(open_project(str(engineless_project)), "cu121-py311"))
+    assert (fine is None) is (driver != "470.82.01")  # the P100 runs cu121's sm_60 kernels
+
+
+def test_run_asks_no_gpu_question_of_a_cpu_profile_or_with_gpus_none(
+    cli: Callable[..., Result], engineless_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_nvidia_smi(tmp_path / "bin", monkeypatch, "NVIDIA A100-SXM4-80GB, 8.0, 81920", "470.82.01")
+    for args in (["cpu-py311"], ["cu121-py311", "--gpus", "none"]):
+        res = cli("run", *args, "--", "true")
+        assert "cannot run on this host" not in res.err
+        assert res.code == 5  # it went on to ask the engine for the image (none listens here)

@@ -255,7 +255,8 @@ def run_image(
     project: ProjectOpt = None,
 ) -> int:
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
-    from envbuild import engine, hostgpu, localimage, refs, runner, smokerecord
+    from envbuild import doctor, engine, hostgpu, localimage, refs, runner, smokerecord
+    from envbuild.errors import UsageError
     from envbuild.names import RUN_SHM_SIZE, UNTESTED
 
     hostgpu.check_gpus(gpus)
@@ -270,6 +271,15 @@ def run_image(
     cache = runner.download_cache(download_cache, user)
     proj = project_at(project)
     prof = load_profile(proj, name)
+    problem = None if gpus == "none" else doctor.gpu_problem(prof)
+    if problem is not None:
+        # torch would not see the GPUs (is_available() False), and a script that falls back to the
+        # CPU would train there without a word.
+        raise UsageError(
+            f"{prof.name}'s GPU work cannot run on this host: {problem}",
+            hint="update the NVIDIA driver, or run a profile whose CUDA build suits this host (`envbuild doctor` "
+            "lists them); --gpus none starts it without GPUs",
+        )
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
     image, found = localimage.profile_image(engine.client(), proj, prof, tag)
     tested = smokerecord.state(found.attrs)
