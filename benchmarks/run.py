@@ -489,16 +489,14 @@ def bench_reuse(runs: int) -> str:
         bump, bump_out = build("cpu-py311")
         _push(image, f"{registry}/bench/cpu-py311:bumped")
         pushed_bump = _stored(data) - pushed_first
-        # a second profile with one more package, on the same torch build and base
-        variant = prof.read_text().replace("name: cpu-py311", "name: cpu-py311-tqdm")
-        variant = variant.replace('"einops==0.8.0"]', '"einops==0.8.0", "tqdm==4.67.1"]')
-        (proj / "profiles" / "cpu-py311-tqdm.yaml").write_text(variant)
+        # a second profile with one more package, on the same torch build and base, derived as a
+        # team does (`extends`): its first lock keeps cpu-py311's pins and adds tqdm
+        (proj / "profiles" / "cpu-py311-tqdm.yaml").write_text(
+            'name: cpu-py311-tqdm\nextends: cpu-py311\npackages: ["einops==0.8.0", "tqdm==4.67.1"]\n'
+        )
         (proj / "lockfiles" / "cpu-py311-tqdm").mkdir(parents=True)
-        # the same OS packages: cpu-py311's apt.lock is the variant's too (its inputs are the same);
-        # its requirements.lock too, so the lock keeps its pins and adds tqdm: a fresh resolve
-        # would take whatever PyPI released since (a new filelock moves the torch-deps layer)
-        for part in ("apt.lock", "requirements.lock"):
-            shutil.copy(proj / "lockfiles" / "cpu-py311" / part, proj / "lockfiles" / "cpu-py311-tqdm")
+        # the same OS packages: cpu-py311's apt.lock is the variant's too (its inputs are the same)
+        shutil.copy(proj / "lockfiles" / "cpu-py311" / "apt.lock", proj / "lockfiles" / "cpu-py311-tqdm")
         envbuild("lock", "cpu-py311-tqdm", "--no-apt", "--find-links", WHEELS, cwd=proj)
         _, _ = build("cpu-py311-tqdm")
         before_variant = _stored(data)
