@@ -85,6 +85,28 @@ def test_what_torch_compile_built_in_one_run_is_found_by_the_next(
     assert (again.returncode, again.stdout.strip()) == (0, "['fxgraph_cache_hit']"), again.stderr
 
 
+def test_run_says_when_the_image_is_not_a_build_of_todays_profile(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """A profile edited (or re-locked) and not built yet: `run` started the old image without a
+    word, so the job ran without the new setting or with the old packages; `status` said stale."""
+    profile = e2e_project / "profiles" / "cpu-py311.yaml"
+    before = profile.read_text()
+    base = ["run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name, "--"]
+    job = ["python", "-c", "import os; print(os.environ.get('OMP_NUM_THREADS'))"]
+    res = envbuild(*base, *job, cwd=tmp_path, timeout=300)
+    assert res.returncode == 0 and "not built from today's" not in res.stderr, res.stderr
+    try:
+        profile.write_text(before + 'env: {OMP_NUM_THREADS: "3"}\n')
+        res = envbuild(*base, *job, cwd=tmp_path, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == "None"  # the old image, as asked: it runs, and says so
+        assert f"{repo_name}:cpu-py311 was not built from today's profile and lockfiles" in res.stderr
+        assert "image inputs digest" in res.stderr and "envbuild build cpu-py311" in res.stderr
+    finally:
+        profile.write_text(before)
+
+
 def test_a_docker_volume_by_name_is_mounted(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:
