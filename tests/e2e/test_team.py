@@ -89,7 +89,8 @@ def test_run_says_when_the_image_is_not_a_build_of_todays_profile(
     built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, tmp_path: Path
 ) -> None:
     """A profile edited (or re-locked) and not built yet: `run` started the old image without a
-    word, so the job ran without the new setting or with the old packages; `status` said stale."""
+    word, so the job ran without the new setting or with the old packages, and `smoke NAME` tested
+    it as if it were today's; `status` said stale."""
     profile = e2e_project / "profiles" / "cpu-py311.yaml"
     before = profile.read_text()
     base = ["run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name, "--"]
@@ -103,6 +104,10 @@ def test_run_says_when_the_image_is_not_a_build_of_todays_profile(
         assert res.stdout.strip() == "None"  # the old image, as asked: it runs, and says so
         assert f"{repo_name}:cpu-py311 was not built from today's profile and lockfiles" in res.stderr
         assert "image inputs digest" in res.stderr and "envbuild build cpu-py311" in res.stderr
+        smoke = ["smoke", "cpu-py311", "--only", "versions", "--project", str(e2e_project), "--tag", repo_name]
+        res = envbuild(*smoke, cwd=tmp_path, timeout=300)
+        assert res.returncode == 0, res.stderr  # it tests the image it was given: the old one, and says so
+        assert f"{repo_name}:cpu-py311 was not built from today's profile and lockfiles" in res.stderr
     finally:
         profile.write_text(before)
 

@@ -107,6 +107,20 @@ def load_profile(proj: Any, name: str) -> Any:
     return validate.load_named(proj, name)
 
 
+def note_if_stale(proj: Any, prof: Any, ref: str, labels: dict[str, str]) -> None:
+    """A note when the image a profile's name stands for is not a build of today's profile and
+    lockfiles (a re-lock or an edit not built yet): `run` would run the old packages and settings,
+    and `smoke` test them, without a word, while `status` said stale."""
+    from envbuild import publish
+
+    stale = publish.compare(proj, prof, labels)
+    if stale:
+        output.err().print(
+            f"note: {ref} was not built from today's profile and lockfiles ({stale[0]}); "
+            f"`envbuild build {prof.name}` builds them (`envbuild status` shows it stale)"
+        )
+
+
 def step_printer() -> Any:
     """Progress as a person expects: the current step of N and the elapsed time. On stderr with
     --json too (stdout then carries only the report): a CI job that keeps the report still shows

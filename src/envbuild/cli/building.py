@@ -18,6 +18,7 @@ from envbuild.cli._common import (
     check_indexes,
     check_python,
     load_profile,
+    note_if_stale,
     project_at,
     size_text,
     step_printer,
@@ -265,6 +266,10 @@ def smoke(
             only=only or (),
         )
     _print_smoke(report, output.err() if to_stdout else output.out())
+    if prof is not None and not local:
+        from envbuild import engine
+
+        note_if_stale(proj, prof, report["ref"], dict(engine.local_image(engine.client(), report["ref"]).labels or {}))
     if report.get("smoke_record") == "altered":
         from envbuild import smokerecord
 

@@ -14,6 +14,7 @@ from envbuild.cli._common import (
     RepoOpt,
     app,
     load_profile,
+    note_if_stale,
     profile_table,
     project_at,
     size_text,
@@ -256,7 +257,6 @@ def run_image(
 ) -> int:
     """Run the profile's image here: GPUs, shared memory, this folder as /workspace. `envbuild run NAME -- CMD`."""
     from envbuild import doctor, engine, hostgpu, localimage, refs, runner, smokerecord
-    from envbuild import publish as publish_mod  # `publish`: the -p option
     from envbuild.errors import UsageError
     from envbuild.names import RUN_SHM_SIZE, UNTESTED
 
@@ -291,12 +291,7 @@ def run_image(
             f"note: {image} is not the image that passed the smoke test: {smokerecord.ALTERED}; "
             f"`envbuild build {name}` puts the tested one back under this tag"
         )
-    stale = publish_mod.compare(proj, prof, dict(found.labels or {}))
-    if stale:  # a re-lock or profile edit not built yet: the job would run the old packages
-        output.err().print(
-            f"note: {image} was not built from today's profile and lockfiles ({stale[0]}); "
-            f"`envbuild build {name}` builds them (`envbuild status` shows it stale)"
-        )
+    note_if_stale(proj, prof, image, dict(found.labels or {}))
     argv = runner.docker_argv(
         prof,
         image,
