@@ -10,6 +10,7 @@ through the same validation as a hand-written profile before it is written, so
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -102,14 +103,19 @@ def pick_numpy(parts: profile.NameParts, torch: str) -> str:
     return max(allowed, key=Version)
 
 
-def choose(name: str, *, torch: str | None, numpy: str | None, index_url: str | None) -> Choice:
-    """Decide the torch and numpy releases for a new profile called `name`."""
+def _parts(name: str) -> profile.NameParts:
     parts = profile.name_parts(name)
     if parts is None:
         raise UsageError(
             f"{name!r} does not say what to build",
             hint="name it <accelerator>-py<XY>[-suffix]: cpu-py312, cu126-py312, rocm63-py312-dev",
         )
+    return parts
+
+
+def choose(name: str, *, torch: str | None, numpy: str | None, index_url: str | None) -> Choice:
+    """Decide the torch and numpy releases for a new profile called `name`."""
+    parts = _parts(name)
     for option, value in (("--torch", torch), ("--numpy", numpy)):
         if value is not None and not _RELEASE_OR_SERIES.fullmatch(value):
             raise UsageError(f"{option} {value!r}: expected a release (2.9.1) or a series (2.9)")
@@ -170,6 +176,48 @@ def profile_text(name: str, choice: Choice, base: str | None = None) -> str:
     )
 
 
+def derived_text(name: str, parent: profile.Profile, base: str | None = None) -> str:
+    """A profile that `extends` another: its torch, numpy and settings, and at the first lock its pins."""
+    example = json.dumps([*parent.packages, "tqdm==4.67.1"])
+    return (
+        f"# Written by `envbuild new {name} --extends {parent.name}`: {parent.name}'s torch, numpy and\n"
+        f"# settings; its first lock keeps {parent.name}'s versions. `envbuild validate {name}` checks it.\n"
+        f"name: {name}\n"
+        f"extends: {parent.name}\n"
+        f"description: {parent.name} with packages of its own\n"
+        + (f"base: {json.dumps(base)}\n" if base else "")
+        + f"# packages replaces {parent.name}'s list: keep its entries and add yours\n"
+        f"# packages: {example}\n"
+    )
+
+
+def _parent(project: Project, name: str, parent: str) -> profile.Profile:
+    """The profile `new NAME --extends PARENT` derives from: it must exist and validate."""
+    path = project.profiles_dir / f"{parent}.yaml"
+    if parent == name or not path.is_file():
+        close = difflib.get_close_matches(parent, [n for n in project.profile_names() if n != name], n=2)
+        raise UsageError(
+            f"--extends {parent}: {'a profile cannot extend itself' if parent == name else 'no such profile'}",
+            hint=f"did you mean --extends {' or '.join(close)}?" if close else "name a profile of `envbuild list`",
+        )
+    loaded = validate.check(path, project.rel(path), project.root)
+    if loaded.errors or loaded.profile is None:
+        raise ProfileError(
+            f"--extends {parent}: {project.rel(path)} does not validate, so nothing can be derived from it",
+            loaded.errors,
+            hint=f"fix it first: envbuild validate {parent}",
+        )
+    found: profile.Profile = loaded.profile
+    return found
+
+
+def _derivable(project: Project, name: str) -> str | None:
+    """The profile a suffixed name reads as a variant of (`cpu-py311-hf`: cpu-py311), when it exists."""
+    parts = name.split("-")
+    names = set(project.profile_names())
+    return next((c for i in range(len(parts) - 1, 1, -1) if (c := "-".join(parts[:i])) in names), None)
+
+
 @dataclass(frozen=True)
 class Created:
     path: Path
@@ -188,26 +236,52 @@ def create(
     index_url: str | None = None,
     base: str | None = None,
     force: bool = False,
+    extends: str | None = None,
 ) -> Created:
-    """Choose, validate, then write profiles/NAME.yaml; nothing is written unless it validates."""
+    """Choose, validate, then write profiles/NAME.yaml; nothing is written unless it validates.
+    `extends`: derive it from that profile instead of choosing from the compat data."""
     target = project.profiles_dir / f"{name}.yaml"
     shown = project.rel(target)
     if target.exists() and not force:
         raise UsageError(
             f"{shown} exists", hint=f"pass --force to replace it, or edit it and run `envbuild validate {name}`"
         )
-    choice = choose(name, torch=torch, numpy=numpy, index_url=index_url or project.config.index_url)
-    text = profile_text(name, choice, base)
+    if extends is not None:
+        if torch or numpy:
+            raise UsageError(
+                f"--extends {extends} takes torch and numpy from {extends}",
+                hint="drop --torch / --numpy, or set them in the new file after it is written",
+            )
+        parent = _parent(project, name, extends)
+        lock_note = f"its first `envbuild lock {name}` keeps {extends}'s versions where they fit"
+        choice = Choice(_parts(name), parent.torch, parent.numpy, [f"{extends}'s torch and numpy; {lock_note}"])
+        text = derived_text(name, parent, base)
+    else:
+        choice = choose(name, torch=torch, numpy=numpy, index_url=index_url or project.config.index_url)
+        text = profile_text(name, choice, base)
+        like = _derivable(project, name)
+        if like:
+            choice.notes.append(
+                f"{like} is a profile here: `envbuild new {name} --extends {like} --force` derives this one from it "
+                f"instead (its torch, numpy and settings, and its versions at the first lock)"
+            )
     with tmpdirs.private("new") as tmp:
         trial = Path(tmp) / f"{name}.yaml"
+        for other in project.profiles_dir.glob("*.yaml") if extends else ():
+            (Path(tmp) / other.name).write_bytes(other.read_bytes())  # what `extends` reads, beside it
         trial.write_text(text, encoding="utf-8")
         # named for what it is: a file:line the user cannot open would send them looking for it
-        loaded = validate.check(trial, f"envbuild new {name}")
+        loaded = validate.check(trial, f"envbuild new {name}", project.root)
     if loaded.errors:
+        instead = (
+            "extend a profile of the build and Python its name says"
+            if extends
+            else "choose with --torch / --numpy / --base"
+        )
         raise ProfileError(
             f"envbuild new {name}: the chosen combination is invalid; {shown} was not written",
             [replace(d, line=None) for d in loaded.diagnostics],
-            hint=f"nothing was written; choose with --torch / --numpy / --base, or write {shown} by hand",
+            hint=f"nothing was written; {instead}, or write {shown} by hand",
         )
     files = {target: text}
     ignore = project.root / ".gitignore"

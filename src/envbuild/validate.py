@@ -252,7 +252,7 @@ def _rule_companions(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str
             ld.add("error", lib, msg, f'use {lib}: "{exact}" or "auto"', value)
 
 
-def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> None:
+def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], root: Path) -> None:
     base = _str(data, "base", bad)
     py = _str(data, "python", bad)
     if not base and py and profile.PYTHON_RE.fullmatch(py) and py not in compat.load().bases.python:
@@ -311,7 +311,7 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
             )
     if "checks" not in bad:
         for i, script in enumerate(_list(data, "checks")):
-            if isinstance(script, str) and not (path.parent.parent / script).is_file():
+            if isinstance(script, str) and not (root / script).is_file():
                 ld.add(
                     "error",
                     f"checks[{i}]",
@@ -323,7 +323,7 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
         return
     for i, link in enumerate(_list(data, "find_links")):
         if isinstance(link, str) and "://" not in link and not re.search(r"\$\{?\w+", link):
-            target = Path(link) if Path(link).is_absolute() else path.parent.parent / link
+            target = Path(link) if Path(link).is_absolute() else root / link
             try:
                 exists = target.is_dir()
             except OSError:  # a name too long or otherwise impossible for this filesystem
@@ -338,8 +338,10 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], path: Path) -> 
                 )
 
 
-def check(path: Path, shown: str | None = None) -> Loaded:
-    """Structure (pydantic) plus every compatibility rule. Never raises for bad input."""
+def check(path: Path, shown: str | None = None, root: Path | None = None) -> Loaded:
+    """Structure (pydantic) plus every compatibility rule. Never raises for bad input. `root`: the
+    project folder, which `checks` and `find_links` are relative to (by default the profile
+    folder's parent, as in a project whose profiles are in `profiles/`)."""
     ld = profile.load(path, shown)
     if not ld.data and ld.errors:
         return ld
@@ -347,7 +349,7 @@ def check(path: Path, shown: str | None = None) -> Loaded:
     _check_name(ld, data, path, bad)
     _check_accelerator_fields(ld, data, bad)
     _check_torch(ld, data, bad)
-    _check_misc(ld, data, bad, path)
+    _check_misc(ld, data, bad, root or path.parent.parent)
     packagerules.check(ld, data)
     if ld.errors:
         ld.profile = None
@@ -355,9 +357,9 @@ def check(path: Path, shown: str | None = None) -> Loaded:
     return ld
 
 
-def load_valid(path: Path, shown: str | None = None) -> profile.Profile:
+def load_valid(path: Path, shown: str | None = None, root: Path | None = None) -> profile.Profile:
     """A profile that must be fully valid (structure and compatibility), else ProfileError."""
-    loaded = check(path, shown)
+    loaded = check(path, shown, root)
     if loaded.errors or loaded.profile is None:
         raise ProfileError(
             f"{loaded.shown} is not valid",
@@ -371,7 +373,7 @@ def load_valid(path: Path, shown: str | None = None) -> profile.Profile:
 def load_named(project: Project, name: str) -> profile.Profile:
     """The project's profile `name` (or a path to a profile file), fully valid."""
     path = project.profile_path(name)
-    return load_valid(path, project.rel(path))
+    return load_valid(path, project.rel(path), project.root)
 
 
 def load_all(project: Project, names: list[str] | None = None) -> dict[str, profile.Profile | ProfileError]:

@@ -193,3 +193,61 @@ def test_an_empty_project_points_at_new(cli: Callable[..., Result], empty_projec
         listed = cli(command, "--project", str(empty_project))
         assert listed.code == 0 and listed.out == ""
         assert "no profiles in profiles/: `envbuild new cu126-py312` starts one" in listed.err
+
+
+def test_new_extends_derives_a_variant_of_a_profile_without_asking_an_index(
+    cli: Callable[..., Result], project: Path, index: Lookups
+) -> None:
+    """A team's variant (cpu-py311 plus its own packages) was written from the compat data: the
+    newest torch and numpy, not cpu-py311's, and nothing shared with it."""
+    res = cli("new", "cpu-py311-hf", "--extends", "cpu-py311", "--project", str(project))
+    assert res.code == 0, res.err
+    assert index == []  # torch and numpy are cpu-py311's: nothing to look up
+    text = (project / "profiles" / "cpu-py311-hf.yaml").read_text()
+    assert "name: cpu-py311-hf\nextends: cpu-py311\n" in text
+    assert '# packages: ["einops==0.8.1", "tqdm==4.67.1"]' in text  # the list replaces the parent's: say so
+    proj = open_project(str(project))
+    mine, theirs = (validate.load_named(proj, n) for n in ("cpu-py311-hf", "cpu-py311"))
+    assert (mine.torch, mine.numpy, mine.checks) == (theirs.torch, theirs.numpy, theirs.checks)
+    assert "keeps cpu-py311's versions where they fit" in res.err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["cpu-py311-x", "--extends", "cpu-py31"], "--extends cpu-py31: no such profile\n  fix: did you mean"),
+        (["cpu-py311", "--extends", "cpu-py311", "--force"], "a profile cannot extend itself"),
+        (["cpu-py311-x", "--extends", "cpu-py311", "--torch", "2.13"], "takes torch and numpy from cpu-py311"),
+        (["cpu-py312-x", "--extends", "cpu-py311"], "python: '3.11' disagrees with the name 'cpu-py312-x'"),
+    ],
+)
+def test_new_extends_refuses_what_cannot_be_derived_and_writes_nothing(
+    cli: Callable[..., Result], project: Path, index: Lookups, args: list[str], said: str
+) -> None:
+    before = sorted(p.name for p in (project / "profiles").iterdir())
+    res = cli("new", *args, "--project", str(project))
+    assert res.code == 2 and said in res.err, res.err
+    assert sorted(p.name for p in (project / "profiles").iterdir()) == before
+    assert index == []
+
+
+def test_new_names_the_profile_a_suffixed_name_could_extend(
+    cli: Callable[..., Result], project: Path, index: Lookups
+) -> None:
+    res = cli("new", "cpu-py311-hf", "--torch", "2.13.0", "--numpy", "2.1.3", "--project", str(project))
+    assert res.code == 0, res.err
+    assert "cpu-py311 is a profile here: `envbuild new cpu-py311-hf --extends cpu-py311 --force`" in res.err
+
+
+def test_checks_are_found_from_the_project_folder_wherever_its_profiles_are(
+    cli: Callable[..., Result], project: Path
+) -> None:
+    """`checks` are relative to the project folder (build reads them there); validate looked beside
+    the profile folder's parent, so with `profiles_dir = "envs/profiles"` it refused a check the
+    build would have run."""
+    (project / "envs").mkdir()
+    (project / "profiles").rename(project / "envs" / "profiles")
+    (project / "envbuild.toml").write_text('[envbuild]\nprofiles_dir = "envs/profiles"\n')
+    res = cli("validate", "cpu-py311", "--project", str(project))
+    assert res.code == 0, res.err
+    assert validate.load_named(open_project(str(project)), "cpu-py311").checks == ["checks/train_tiny.py"]

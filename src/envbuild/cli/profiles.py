@@ -108,7 +108,7 @@ def validate(
             broken.diagnostics.append(Diagnostic("error", shown, None, "", message, exc.hint))
             results.append(broken)
             continue
-        results.append(v.check(path, proj.rel(path)))
+        results.append(v.check(path, proj.rel(path), proj.root))
     failed = [r for r in results if r.errors or (strict and r.warnings)]
     if as_json:
         output.emit_json(
@@ -150,6 +150,10 @@ def new(
     index_url: Annotated[str | None, typer.Option(help="A PyPI mirror for the newest-patch lookup.")] = None,
     base: Annotated[str | None, typer.Option(help="A base image, pinned by digest (default: per Python).")] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing profile of that name.")] = False,
+    extends: Annotated[
+        str | None,
+        typer.Option(help="Derive it from this profile: its torch, numpy and settings; its pins at the first lock."),
+    ] = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -157,7 +161,9 @@ def new(
     from envbuild import scaffold
 
     proj = project_at(project)
-    made = scaffold.create(proj, name, torch=torch, numpy=numpy, index_url=index_url, base=base, force=force)
+    made = scaffold.create(
+        proj, name, torch=torch, numpy=numpy, index_url=index_url, base=base, force=force, extends=extends
+    )
     nxt = [f"envbuild lock {name}", f"envbuild build {name}"]
     if as_json:
         output.emit_json(
