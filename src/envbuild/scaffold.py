@@ -200,15 +200,7 @@ def _parent(project: Project, name: str, parent: str) -> profile.Profile:
             f"--extends {parent}: {'a profile cannot extend itself' if parent == name else 'no such profile'}",
             hint=f"did you mean --extends {' or '.join(close)}?" if close else "name a profile of `envbuild list`",
         )
-    loaded = validate.check(path, project.rel(path), project.root)
-    if loaded.errors or loaded.profile is None:
-        raise ProfileError(
-            f"--extends {parent}: {project.rel(path)} does not validate, so nothing can be derived from it",
-            loaded.errors,
-            hint=f"fix it first: envbuild validate {parent}",
-        )
-    found: profile.Profile = loaded.profile
-    return found
+    return validate.load_valid(path, project.rel(path), project.root)  # an invalid one cannot be derived from
 
 
 def _derivable(project: Project, name: str) -> str | None:

@@ -251,3 +251,13 @@ def test_checks_are_found_from_the_project_folder_wherever_its_profiles_are(
     res = cli("validate", "cpu-py311", "--project", str(project))
     assert res.code == 0, res.err
     assert validate.load_named(open_project(str(project)), "cpu-py311").checks == ["checks/train_tiny.py"]
+
+
+def test_new_extends_refuses_a_profile_that_does_not_validate(
+    cli: Callable[..., Result], project: Path, index: Lookups
+) -> None:
+    broken = project / "profiles" / "cpu-py311.yaml"
+    broken.write_text(broken.read_text() + "python_x: 1\n")
+    res = cli("new", "cpu-py311-hf", "--extends", "cpu-py311", "--project", str(project))
+    assert res.code == 2 and "profiles/cpu-py311.yaml:11: python_x: unknown key" in res.err, res.err
+    assert not (project / "profiles" / "cpu-py311-hf.yaml").exists()
