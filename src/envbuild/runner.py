@@ -132,6 +132,21 @@ JOB_CACHE = "/tmp/.cache"  # noqa: S108 - the job's ~/.cache in its container (H
 COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": f"{JOB_CACHE}/torchinductor", "TRITON_HOME": JOB_CACHE}
 
 
+def default_cache() -> Path:
+    """The folder `run --download-cache auto` mounts: ENVBUILD_RUN_CACHE, else the cache home's run/."""
+    return Path(os.environ.get(RUN_CACHE_ENV) or tmpdirs.cache_home() / "run")
+
+
+def cache_bytes(folder: Path) -> int:
+    """What the jobs' downloads and compiled kernels take in a run cache (0 when it does not exist)."""
+    total = 0
+    for top, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):  # a job's file going as it is counted
+                total += (Path(top) / name).lstat().st_size
+    return total
+
+
 def download_cache(choice: str, user: str | None = None) -> Path | None:
     """The host folder `run` mounts as the job's ~/.cache (HOME is /tmp): what Hugging Face,
     torch.hub and pip download there is kept for the next run, instead of vanishing with each
@@ -141,10 +156,7 @@ def download_cache(choice: str, user: str | None = None) -> Path | None:
     uid (--user) could not write it, where the container's own /tmp serves it."""
     if choice == "none" or (choice == "auto" and user not in (None, f"{os.getuid()}:{os.getgid()}")):
         return None
-    if choice == "auto":
-        folder = Path(os.environ.get(RUN_CACHE_ENV) or tmpdirs.cache_home() / "run")
-    else:
-        folder = Path(choice).expanduser()
+    folder = default_cache() if choice == "auto" else Path(choice).expanduser()
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:

@@ -287,3 +287,23 @@ def test_a_damaged_entry_of_the_locked_size_is_hashed_dropped_and_taken_again(ca
     os.utime(again, (time.time(), time.time()))  # touched, not changed
     assert wheelcache.fill([item], [], fetch=False) == {item.sha256: again}
     assert again.stat().st_mtime == FIXED_MTIME
+
+
+def test_cache_says_what_runs_download_cache_holds(
+    cli: Callable[..., Result], engineless_project: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run` keeps what jobs download and compile (a model's GBs) in a folder of its own, and
+    nothing said where that disk went."""
+    run_cache = tmp_path / "run-cache"
+    monkeypatch.setenv("ENVBUILD_RUN_CACHE", str(run_cache))
+    assert "run's download cache" not in cli("cache").out  # nothing run yet: nothing to say
+    (run_cache / "huggingface" / "hub").mkdir(parents=True)
+    (run_cache / "huggingface" / "hub" / "model.safetensors").write_bytes(b"w" * 3_000_000)
+    (run_cache / "torchinductor").mkdir()
+    (run_cache / "torchinductor" / "kernel.so").write_bytes(b"k" * 1_000_000)
+    res = cli("cache")
+    assert f"run's download cache {run_cache}: 4 MB" in res.out and "not pruned here" in res.out
+    report = json.loads(cli("cache", "--json").out)
+    assert report["run_cache"] == {"root": str(run_cache), "bytes": 4_000_000}
+    pruned = json.loads(cli("cache", "--prune", "--all", "--json").out)
+    assert pruned["run_cache"]["bytes"] == 4_000_000  # a job's model is not a wheel: the prune leaves it

@@ -285,7 +285,7 @@ def cache_(
     as_json: JsonOpt = False,
 ) -> None:
     """The wheel cache that build and venv share (ENVBUILD_CACHE_DIR): its size; --prune frees it."""
-    from envbuild import wheelcache
+    from envbuild import runner, wheelcache
     from envbuild.errors import UsageError
 
     if all_ and not prune:
@@ -301,6 +301,8 @@ def cache_(
                 keep |= wheelcache.needed(folder)
         removed = wheelcache.prune(keep)
     now = wheelcache.usage()
+    run_cache = runner.default_cache()
+    run_bytes = runner.cache_bytes(run_cache)
     if as_json:
         output.emit_json(
             {
@@ -310,6 +312,7 @@ def cache_(
                 "removed_wheels": removed.wheels if removed else 0,
                 "freed_bytes": removed.bytes if removed else 0,
                 "kept_for": [str(f) for f in others],
+                "run_cache": {"root": str(run_cache), "bytes": run_bytes},
             }
         )
         return
@@ -322,3 +325,9 @@ def cache_(
                 f"kept what the lockfiles of {len(others)} other project(s) pin: {kept} (--all empties the cache)"
             )
     con.print(f"wheel cache {now.root}: {now.wheels} wheel(s), {now.bytes / 1e6:,.0f} MB")
+    if run_bytes:
+        # `run` fills it without asking (models, torch.compile's kernels): say where the disk went
+        con.print(
+            f"run's download cache {run_cache}: {run_bytes / 1e6:,.0f} MB (what jobs downloaded and compiled; "
+            "not pruned here: remove what you no longer need, or all of it)"
+        )
