@@ -121,8 +121,6 @@ def check_network(network: str | None, publish: Sequence[str]) -> None:
         )
 
 
-RUN_CACHE_ENV = "ENVBUILD_RUN_CACHE"
-
 # What torch.compile builds lives outside ~/.cache by default (inductor's kernels, compiled graphs
 # and vec-ISA probe in /tmp/torchinductor_USER; Triton's own in ~/.triton), so each run compiled its
 # model from nothing again. In the download cache they are there for the next run. Inductor's cache
@@ -130,21 +128,6 @@ RUN_CACHE_ENV = "ENVBUILD_RUN_CACHE"
 # and host; a -e of the same name wins.
 JOB_CACHE = "/tmp/.cache"  # noqa: S108 - the job's ~/.cache in its container (HOME=/tmp), no file here
 COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": f"{JOB_CACHE}/torchinductor", "TRITON_HOME": JOB_CACHE}
-
-
-def default_cache() -> Path:
-    """The folder `run --download-cache auto` mounts: ENVBUILD_RUN_CACHE, else the cache home's run/."""
-    return Path(os.environ.get(RUN_CACHE_ENV) or tmpdirs.cache_home() / "run")
-
-
-def cache_bytes(folder: Path) -> int:
-    """What the jobs' downloads and compiled kernels take in a run cache (0 when it does not exist)."""
-    total = 0
-    for top, _, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):  # a job's file going as it is counted
-                total += (Path(top) / name).lstat().st_size
-    return total
 
 
 def download_cache(choice: str, user: str | None = None) -> Path | None:
@@ -156,13 +139,14 @@ def download_cache(choice: str, user: str | None = None) -> Path | None:
     uid (--user) could not write it, where the container's own /tmp serves it."""
     if choice == "none" or (choice == "auto" and user not in (None, f"{os.getuid()}:{os.getgid()}")):
         return None
-    folder = default_cache() if choice == "auto" else Path(choice).expanduser()
+    folder = tmpdirs.run_cache() if choice == "auto" else Path(choice).expanduser()
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise UsageError(
             f"--download-cache: cannot make {folder}: {exc.strerror}",
-            hint=f"name a folder you can write (--download-cache DIR, or {RUN_CACHE_ENV}), or --download-cache none",
+            hint=f"name a folder you can write (--download-cache DIR, or {tmpdirs.RUN_CACHE_ENV}), "
+            "or --download-cache none",
         ) from exc
     return folder.resolve()
 

@@ -33,6 +33,25 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envbuild"
 
 
+RUN_CACHE_ENV = "ENVBUILD_RUN_CACHE"
+
+
+def run_cache() -> Path:
+    """The folder `run --download-cache auto` mounts as the job's ~/.cache: ENVBUILD_RUN_CACHE, else
+    the cache home's run/. Here, not in runner: `envbuild cache` reports it without loading `run`."""
+    return Path(os.environ.get(RUN_CACHE_ENV) or cache_home() / "run")
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of the files under a folder (0 when it does not exist)."""
+    total = 0
+    for top, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):  # a file going as it is counted (a job's, a prune's)
+                total += (Path(top) / name).lstat().st_size
+    return total
+
+
 # Left alone until then, even with its process gone: a folder in a temporary folder that another
 # PID namespace shares (a container's) may belong to a live process that this one cannot see.
 STALE_AFTER_S = 24 * 3600.0

@@ -226,17 +226,16 @@ def canonical_sources(text: str, src: TorchSource) -> str:
     return re.sub(r'url = "(file://[^"]+\.whl)"', wheel_url, text)
 
 
-def _pins_to_keep(project: Project, plan: Plan, primary: str) -> tuple[Path, str | None]:
+def _pins_to_keep(project: Project, plan: Plan, own: Path) -> tuple[Path, str | None]:
     """The lockfile whose pins the resolve keeps where they still fit: the profile's own; for one
     not locked yet, that of the nearest profile it extends that is (and the name of that profile).
     A variant (`extends: cpu-py311` plus a package) then keeps its parent's versions of what they
     share, and with them the parent's image layers; resolved afresh, it took whatever PyPI released
     since, and its torch-deps layer (36 MB) and versions differed from the parent's."""
-    own = lock_dir(project, plan.name) / primary
     if own.is_file():
         return own, None
     for parent in profilefile.read_raw(project.profile_path(plan.name)).extends:
-        theirs = lock_dir(project, parent) / primary
+        theirs = lock_dir(project, parent) / own.name
         if theirs.is_file():
             return theirs, parent
     return own, None
@@ -263,7 +262,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
                     text = lockfile.first_side(text)
                 before[platform] = lockfile.parse_requirements(text)
             current = found.snapshots.get(platform) if found is not None else None
-            keep, parent = _pins_to_keep(project, plan, primary)
+            keep, parent = _pins_to_keep(project, plan, directory / primary)
             if parent is not None and not opts.upgrade:
                 kept_from = parent
             pins, req_text, pylock_text = _resolve_platform(plan, platform, opts, keep, Path(tmp), current)

@@ -418,20 +418,21 @@ def test_a_first_lock_keeps_the_pins_of_the_nearest_locked_profile_it_extends(tm
     )
     plan = plan_mod.for_profile(prof)
     lockdir = tmp_path / "lockfiles"
-    assert venvlock._pins_to_keep(proj, plan, "requirements.lock") == (
+    own = lockdir / "cpu-py311-b" / "requirements.lock"
+    assert venvlock._pins_to_keep(proj, plan, own) == (
         lockdir / "cpu-py311-b" / "requirements.lock",
         None,
     )  # nothing locked: a fresh resolve
     for name in ("cpu-py311", "cpu-py311-a"):
         (lockdir / name).mkdir(parents=True)
         (lockdir / name / "requirements.lock").write_text(SAMPLE)
-    assert venvlock._pins_to_keep(proj, plan, "requirements.lock") == (
+    assert venvlock._pins_to_keep(proj, plan, own) == (
         lockdir / "cpu-py311-a" / "requirements.lock",
         "cpu-py311-a",
     )
     (lockdir / "cpu-py311-b").mkdir()
     (lockdir / "cpu-py311-b" / "requirements.lock").write_text(SAMPLE)
-    assert venvlock._pins_to_keep(proj, plan, "requirements.lock") == (
+    assert venvlock._pins_to_keep(proj, plan, own) == (
         lockdir / "cpu-py311-b" / "requirements.lock",
         None,
     )  # its own lockfile, once it has one

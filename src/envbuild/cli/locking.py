@@ -285,7 +285,7 @@ def cache_(
     as_json: JsonOpt = False,
 ) -> None:
     """The wheel cache that build and venv share (ENVBUILD_CACHE_DIR): its size; --prune frees it."""
-    from envbuild import runner, wheelcache
+    from envbuild import tmpdirs, wheelcache
     from envbuild.errors import UsageError
 
     if all_ and not prune:
@@ -301,8 +301,8 @@ def cache_(
                 keep |= wheelcache.needed(folder)
         removed = wheelcache.prune(keep)
     now = wheelcache.usage()
-    run_cache = runner.default_cache()
-    run_bytes = runner.cache_bytes(run_cache)
+    run_cache = tmpdirs.run_cache()
+    run_bytes = tmpdirs.folder_bytes(run_cache)
     if as_json:
         output.emit_json(
             {
