@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import aptfile
+from envbuild import aptfile, profilefile
 from envbuild._compat import tomllib
 from envbuild.aptfile import AptLock, apt_lock_name
 from envbuild.errors import LockMissing
@@ -120,6 +120,39 @@ def _pylock_agrees(text: str, pins: dict[str, Pin]) -> bool:
     return seen == {p.name: p.version for p in pins.values()}
 
 
+def followed(project: Project, name: str, file_name: str) -> str:
+    """ "PROFILE@RESOLUTION" of the nearest profile `name` extends whose lockfile `file_name` has a
+    readable record: the pins a variant's lock keeps (its own where that one has none), and what
+    its lockfile must record to be fresh. "" when no profile it extends is locked.
+
+    A variant kept its parent's versions at its first lock, but a re-lock of the parent (a torch
+    patch release, a security bump) left it on the old ones without a word: its image no longer
+    shared the parent's layers, and it ran other versions than the profile it claims to extend."""
+    for parent in profilefile.read_raw(project.profile_path(name)).extends:
+        try:
+            text = (lock_dir(project, parent) / file_name).read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        try:
+            return f"{parent}@{read_record(text).resolution}"
+        except RecordError:
+            return ""  # the parent's own lockfile needs a re-lock first; its status says so
+    return ""
+
+
+def _follows_problem(project: Project, plan: Plan, snap: LockSnapshot, shown: str) -> str:
+    """Why a variant's lockfile no longer follows the profile it extends; "" when it does."""
+    want = followed(project, plan.name, snap.path.name)
+    if not want or want == snap.record.follows:
+        return ""
+    parent = want.partition("@")[0]
+    if snap.record.follows.partition("@")[0] == parent:
+        return (
+            f"{shown} kept the versions of an older lock of {parent}, which it extends ({parent} was re-locked since)"
+        )
+    return f"{shown} was locked before {parent}, which it extends, was: it does not share {parent}'s versions"
+
+
 def _read(path: Path, shown: str) -> tuple[str | None, str]:
     """A lockfile's text, or None and why it cannot be used as it is."""
     try:
@@ -132,6 +165,18 @@ def _read(path: Path, shown: str) -> tuple[str | None, str]:
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return None, f"{shown} cannot be read ({why})"
+
+
+def _with_apt_lock(project: Project, plan: Plan, primary: LockSnapshot, path: Path) -> LockSnapshot | Freshness:
+    """The snapshot with the platform's apt.lock as read (unchanged without one), or why it is unusable."""
+    shown = project.rel(path)
+    text, why = _read(path, shown)
+    if text is None:
+        return primary if why.endswith("missing") else Freshness("stale", why)
+    state, why, apt = aptfile.check(text, plan.apt_digest)
+    if apt is None:
+        return Freshness(state, f"{shown}: {why}")
+    return dataclasses.replace(primary, apt=apt, apt_text=text)
 
 
 def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None, *, with_apt: bool = True) -> Freshness:
@@ -175,17 +220,14 @@ def query(project: Project, plan: Plan, platforms: Sequence[str] | None = None, 
             if resolution_id(pins, record.format) != record.resolution:
                 return Freshness("edited", edited)
             primary = LockSnapshot(path, text, record, {} if flavor == "conda" else pins)
+            behind = "" if flavor == "conda" else _follows_problem(project, plan, primary, shown)
+            if behind:
+                return Freshness("stale", behind)
         if primary is not None and with_apt and plan.apt_stages:
-            path = directory / apt_lock_name(platform)
-            shown = project.rel(path)
-            text, why = _read(path, shown)
-            if text is None and not why.endswith("missing"):
-                return Freshness("stale", why)
-            if text is not None:
-                state, why, apt = aptfile.check(text, plan.apt_digest)
-                if apt is None:
-                    return Freshness(state, f"{shown}: {why}")
-                primary = dataclasses.replace(primary, apt=apt, apt_text=text)
+            got = _with_apt_lock(project, plan, primary, directory / apt_lock_name(platform))
+            if isinstance(got, Freshness):
+                return got
+            primary = got
         if primary is not None:
             snapshots[platform] = primary
     return Freshness("fresh", "", snapshots)

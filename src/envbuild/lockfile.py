@@ -42,6 +42,10 @@ class LockRecord(BaseModel):
     index: str  # the canonical index of the torch family (never a mirror or a wheelhouse); apt: the archive
     input_digest: str  # plan.Plan.input_digest when it was locked
     resolution: str  # resolution_id of the body when it was written
+    # A variant's lockfile: "PROFILE@RESOLUTION" of the nearest locked profile it extends, whose
+    # pins it kept; a re-lock of that profile makes this one stale. Left out of the header when
+    # empty, so every other lockfile's record reads as before.
+    follows: str = ""
 
     def header(self, regenerate: str) -> str:
         return "\n".join(
@@ -51,14 +55,23 @@ class LockRecord(BaseModel):
                 f"# OS packages for python {self.python}, {self.platform}, from {self.index}"
                 if self.route == "apt"
                 else f"# python {self.python}, {self.platform}, build {self.build}; torch family from {self.index}",
-                RECORD_PREFIX + json.dumps(self.model_dump(), sort_keys=True),
+                RECORD_PREFIX + json.dumps(self.model_dump(exclude_defaults=True), sort_keys=True),
                 "",
             ]
         )
 
 
 def new_record(
-    *, profile: str, python: str, platform: str, build: str, route: str, index: str, input_digest: str, resolution: str
+    *,
+    profile: str,
+    python: str,
+    platform: str,
+    build: str,
+    route: str,
+    index: str,
+    input_digest: str,
+    resolution: str,
+    follows: str = "",
 ) -> LockRecord:
     return LockRecord(
         format=FORMAT_VERSION,
@@ -71,6 +84,7 @@ def new_record(
         index=index,
         input_digest=input_digest,
         resolution=resolution,
+        follows=follows,
     )
 
 
@@ -203,11 +217,14 @@ def first_side(text: str) -> str:
     return "".join(kept)
 
 
-def preferences(text: str) -> str:
+def preferences(text: str, over: str | None = None) -> str:
     """A requirements lock as uv may read it back for the pins to keep: as it is, or, where a merge
     or a hand left what uv cannot read or must not (conflict markers, `-r FILE`, an index option),
     its pins alone (each conflict's first side). uv failed on those, so the re-lock `status` names
-    as the fix failed too."""
+    as the fix failed too. `over`: another lock whose pins win where both pin a package (a
+    variant's parent's); the result then holds the requirements alone, without either header."""
+    if over is not None:
+        return "".join({**blocks(preferences(text)), **blocks(preferences(over))}.values())
     if not conflicted(text) and stray_line(text) is None:
         return text
     return "".join(f"{p.name}=={p.version}\n" for p in parse_requirements(first_side(text)).values())

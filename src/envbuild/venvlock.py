@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote
 
-from envbuild import buildreqs, lockahead, lockfile, lockverify, proc, profilefile, render, tmpdirs, uvtool
+from envbuild import buildreqs, freshness, lockahead, lockfile, lockverify, proc, render, tmpdirs, uvtool
 from envbuild.errors import LockError
 from envbuild.freshness import Freshness, LockSnapshot, lock_dir
 from envbuild.fsutil import atomic_write_many
@@ -129,21 +129,31 @@ def _same_pylock(plan: Plan, pins: dict[str, Pin], family: list[str], before: Lo
 
 
 def _resolve_platform(
-    plan: Plan, platform: str, opts: LockOptions, previous: Path | None, work: Path, before: LockSnapshot | None = None
+    plan: Plan,
+    platform: str,
+    opts: LockOptions,
+    previous: Path | None,
+    work: Path,
+    before: LockSnapshot | None = None,
+    *,
+    parent: Path | None = None,
 ) -> tuple[dict[str, Pin], str, str]:
-    """Resolve one platform: (pins, requirements text, pylock text)."""
+    """Resolve one platform: (pins, requirements text, pylock text). Without --upgrade, uv keeps the
+    pins of `previous` (the profile's own lockfile) and of `parent` (that of the profile it extends),
+    the parent's where the two differ."""
     src = plan.source
     reqs = list(plan.requirements)
     family = list(plan.torch_family)
     out = work / f"requirements-{platform}.txt"
     seeds = {}
-    if previous is not None and previous.is_file() and not opts.upgrade:
+    kept = [p for p in (previous, parent) if p is not None and p.is_file()] if not opts.upgrade else []
+    if kept:
         # uv keeps the pins already in the output file: a re-lock changes only what must change.
-        text = previous.read_text("utf-8")
-        seed = lockfile.preferences(text)
+        texts = [p.read_text("utf-8") for p in kept]
+        seed = lockfile.preferences(*texts)
         out.write_text(seed)
-        if seed == text:
-            seeds[out.name] = previous
+        if seed == texts[0]:
+            seeds[out.name] = kept[0]
     pyproject = work / "pyproject.toml"
     pyproject.write_text(_lock_input(plan, reqs, family))
     args = _compile_args(pyproject, out, plan, platform, opts)
@@ -226,19 +236,16 @@ def canonical_sources(text: str, src: TorchSource) -> str:
     return re.sub(r'url = "(file://[^"]+\.whl)"', wheel_url, text)
 
 
-def _pins_to_keep(project: Project, plan: Plan, own: Path) -> tuple[Path, str | None]:
-    """The lockfile whose pins the resolve keeps where they still fit: the profile's own; for one
-    not locked yet, that of the nearest profile it extends that is (and the name of that profile).
-    A variant (`extends: cpu-py311` plus a package) then keeps its parent's versions of what they
-    share, and with them the parent's image layers; resolved afresh, it took whatever PyPI released
-    since, and its torch-deps layer (36 MB) and versions differed from the parent's."""
-    if own.is_file():
-        return own, None
-    for parent in profilefile.read_raw(project.profile_path(plan.name)).extends:
-        theirs = lock_dir(project, parent) / own.name
-        if theirs.is_file():
-            return theirs, parent
-    return own, None
+def _pins_to_keep(project: Project, plan: Plan, own: Path) -> tuple[Path | None, str]:
+    """(the lockfile of the nearest profile it extends that is locked, "PROFILE@RESOLUTION" of it):
+    a variant's lock keeps those pins where they fit, over its own. (None, "") for a profile that
+    extends no locked one. What the two share then has the same versions, and the parent's image
+    layers; resolved afresh, a variant took whatever PyPI released since (its torch-deps layer,
+    36 MB, differed), and a re-lock of the parent left it on the old versions."""
+    follows = freshness.followed(project, plan.name, own.name)
+    if not follows:
+        return None, ""
+    return lock_dir(project, follows.partition("@")[0]) / own.name, follows
 
 
 def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | None = None) -> LockOutcome:
@@ -262,10 +269,12 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
                     text = lockfile.first_side(text)
                 before[platform] = lockfile.parse_requirements(text)
             current = found.snapshots.get(platform) if found is not None else None
-            keep, parent = _pins_to_keep(project, plan, directory / primary)
-            if parent is not None and not opts.upgrade:
-                kept_from = parent
-            pins, req_text, pylock_text = _resolve_platform(plan, platform, opts, keep, Path(tmp), current)
+            theirs, follows = _pins_to_keep(project, plan, directory / primary)
+            if follows and not opts.upgrade:
+                kept_from = follows.partition("@")[0]
+            pins, req_text, pylock_text = _resolve_platform(
+                plan, platform, opts, directory / primary, Path(tmp), current, parent=theirs
+            )
             after[platform] = pins
             record = lockfile.new_record(
                 profile=plan.name,
@@ -276,6 +285,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
                 index=src.canonical_index,
                 input_digest=plan.input_digest,
                 resolution=lockfile.resolution_id(pins),
+                follows=follows,
             )
             head = record.header(f"envbuild lock {plan.name} --upgrade")
             # Secondary first, primary last: the primary's rename is what makes the lock current.

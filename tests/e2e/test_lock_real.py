@@ -352,7 +352,9 @@ def test_upgrade_package_re_resolves_only_that_package(proj: Path) -> None:
     }
 
 
-def test_a_variant_locked_for_the_first_time_keeps_the_versions_of_the_profile_it_extends(proj: Path) -> None:
+def test_a_variant_keeps_the_versions_of_the_profile_it_extends_when_first_locked_and_after_that_ones_relock(
+    proj: Path,
+) -> None:
     """A team derives a profile (`extends: cpu-py311` plus a package). Its first lock resolved
     afresh: every package the two share took what PyPI released since the parent's lock, so the
     variant's versions, and its torch-deps image layer, differed from the parent's."""
@@ -375,6 +377,21 @@ def test_a_variant_locked_for_the_first_time_keeps_the_versions_of_the_profile_i
     assert fresh.returncode == 0, fresh.stderr
     assert filelock() != "3.16.1"  # what the first lock would have taken without the parent's pins
     assert "versions kept" not in fresh.stderr
+    newest = filelock()
+
+    # The parent is re-locked (a pin moved): the variant is stale until it follows, and then takes
+    # the parent's filelock over its own. It stayed "fresh" on its own versions before.
+    parent.write_text(parent.read_text().replace("filelock==3.16.1", "filelock==3.16.0"))
+    moved = envbuild("lock", "cpu-py311", "--no-apt", "--find-links", WHEELS, cwd=proj)
+    assert moved.returncode == 0, moved.stderr
+    check = envbuild("lock", "--check", "cpu-py311-tqdm", cwd=proj)
+    assert check.returncode == 1
+    assert "kept the versions of an older lock of cpu-py311, which it extends" in check.stderr
+    follow = envbuild("lock", "cpu-py311-tqdm", "--no-apt", "--find-links", WHEELS, cwd=proj)
+    assert follow.returncode == 0, follow.stderr
+    assert f"filelock {newest} -> 3.16.0 (downgrade)" in follow.stdout
+    assert lockfile.parse_requirements(variant.read_text())["tqdm"].version == "4.67.1"
+    assert envbuild("lock", "--check", "cpu-py311", "cpu-py311-tqdm", cwd=proj).returncode == 0
 
 
 def test_a_relock_says_what_it_changed(proj: Path) -> None:

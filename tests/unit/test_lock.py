@@ -151,6 +151,58 @@ def test_check_fresh_stale_missing(cli: Callable[..., Result], locked_project: P
     assert "cpu-py311: lockfiles/cpu-py311/requirements.lock is missing; run `envbuild lock cpu-py311`" in res.err
 
 
+def _variant_of_cpu_py311(root: Path, follows: str) -> None:
+    """cpu-py311-extra (`extends: cpu-py311`, nothing added) locked to cpu-py311's very lockfiles,
+    its records recording `follows`, as a lock of the variant would write them."""
+    (root / "profiles" / "cpu-py311-extra.yaml").write_text("name: cpu-py311-extra\nextends: cpu-py311\n")
+    proj = open_project(str(root))
+    plan = plan_mod.make(proj, validate.load_valid(proj.profile_path("cpu-py311-extra"), root=root), strict=False)
+    (root / "lockfiles" / "cpu-py311-extra").mkdir()
+    for name in ("requirements.lock", "pylock.toml"):
+        text = (root / "lockfiles" / "cpu-py311" / name).read_text()
+        old = lockfile.read_record(text)
+        new = old.model_copy(update={"profile": plan.name, "input_digest": plan.input_digest, "follows": follows})
+        (root / "lockfiles" / "cpu-py311-extra" / name).write_text(
+            new.header(f"envbuild lock {plan.name} --upgrade") + lockfile.body(text)
+        )
+
+
+def test_a_variant_is_stale_once_the_profile_it_extends_is_re_locked(
+    cli: Callable[..., Result], locked_project: Path
+) -> None:
+    """A re-lock of cpu-py311 (a torch patch release, a security bump) left a variant of it on the
+    old versions with `lock --check` and `status` saying "fresh": its image no longer shared the
+    parent's layers, and it ran other versions than the profile it says it extends."""
+    parent = lockfile.read_record((locked_project / "lockfiles" / "cpu-py311" / "requirements.lock").read_text())
+    _variant_of_cpu_py311(locked_project, f"cpu-py311@{parent.resolution}")
+    res = cli("lock", "--check", "cpu-py311-extra", "--project", str(locked_project))
+    assert res.code == 0, res.err
+    header = (locked_project / "lockfiles" / "cpu-py311-extra" / "requirements.lock").read_text()
+    assert f'"follows": "cpu-py311@{parent.resolution}"' in header
+    assert '"follows"' not in (locked_project / "lockfiles" / "cpu-py311" / "requirements.lock").read_text()
+
+    shutil.rmtree(locked_project / "lockfiles" / "cpu-py311-extra")
+    _variant_of_cpu_py311(locked_project, "cpu-py311@" + "f" * 64)  # kept the pins of an older lock of it
+    res = cli("lock", "--check", "cpu-py311-extra", "--project", str(locked_project))
+    assert res.code == 1
+    assert (
+        "cpu-py311-extra: lockfiles/cpu-py311-extra/requirements.lock kept the versions of an older lock of "
+        "cpu-py311, which it extends (cpu-py311 was re-locked since); run `envbuild lock cpu-py311-extra`"
+    ) in res.err
+    res = cli("status", "cpu-py311-extra", "--json", "--project", str(locked_project))
+    [row] = json.loads(res.out)["profiles"]
+    assert (row["lockfile"], row["next"]) == ("stale", "envbuild lock cpu-py311-extra")
+
+    shutil.rmtree(locked_project / "lockfiles" / "cpu-py311-extra")
+    _variant_of_cpu_py311(locked_project, "")  # locked before its parent was
+    res = cli("lock", "--check", "cpu-py311-extra", "--project", str(locked_project))
+    assert res.code == 1
+    assert "was locked before cpu-py311, which it extends, was: it does not share cpu-py311's versions" in res.err
+    shutil.rmtree(locked_project / "lockfiles" / "cpu-py311")  # nothing to follow: its lockfile stands alone
+    res = cli("lock", "--check", "cpu-py311-extra", "--project", str(locked_project))
+    assert res.code == 0, res.err
+
+
 def test_a_merged_pair_of_re_locks_is_read_by_its_first_side_and_named_as_a_merge(
     cli: Callable[..., Result], locked_project: Path
 ) -> None:
@@ -408,7 +460,22 @@ def test_a_profile_is_locked_after_the_profiles_it_extends_that_the_same_run_loc
     assert lock._waves(proj, ["cpu-py311-b", "nothing-here"]) == [["cpu-py311-b", "nothing-here"]]
 
 
-def test_a_first_lock_keeps_the_pins_of_the_nearest_locked_profile_it_extends(tmp_path: Path) -> None:
+def _locked(profile_name: str, body: str) -> str:
+    """A lockfile as envbuild writes it: the header with its lock record, then `body`."""
+    record = lockfile.new_record(
+        profile=profile_name,
+        python="3.11",
+        platform="x86_64",
+        build="cpu",
+        route="index",
+        index="https://download.pytorch.org/whl/cpu",
+        input_digest="0" * 64,
+        resolution=lockfile.resolution_id(lockfile.parse_requirements(body)),
+    )
+    return record.header(f"envbuild lock {profile_name} --upgrade") + body
+
+
+def test_a_variant_keeps_the_pins_of_the_nearest_locked_profile_it_extends(tmp_path: Path) -> None:
     from envbuild import venvlock
 
     _family(tmp_path)
@@ -419,20 +486,28 @@ def test_a_first_lock_keeps_the_pins_of_the_nearest_locked_profile_it_extends(tm
     plan = plan_mod.for_profile(prof)
     lockdir = tmp_path / "lockfiles"
     own = lockdir / "cpu-py311-b" / "requirements.lock"
-    assert venvlock._pins_to_keep(proj, plan, own) == (
-        lockdir / "cpu-py311-b" / "requirements.lock",
-        None,
-    )  # nothing locked: a fresh resolve
+    assert venvlock._pins_to_keep(proj, plan, own) == (None, "")  # nothing locked: its own pins, if any
     for name in ("cpu-py311", "cpu-py311-a"):
         (lockdir / name).mkdir(parents=True)
-        (lockdir / name / "requirements.lock").write_text(SAMPLE)
-    assert venvlock._pins_to_keep(proj, plan, own) == (
-        lockdir / "cpu-py311-a" / "requirements.lock",
-        "cpu-py311-a",
-    )
+        (lockdir / name / "requirements.lock").write_text(_locked(name, SAMPLE))
+    res = lockfile.resolution_id(lockfile.parse_requirements(SAMPLE))
+    nearest = (lockdir / "cpu-py311-a" / "requirements.lock", f"cpu-py311-a@{res}")
+    assert venvlock._pins_to_keep(proj, plan, own) == nearest
     (lockdir / "cpu-py311-b").mkdir()
-    (lockdir / "cpu-py311-b" / "requirements.lock").write_text(SAMPLE)
-    assert venvlock._pins_to_keep(proj, plan, own) == (
-        lockdir / "cpu-py311-b" / "requirements.lock",
-        None,
-    )  # its own lockfile, once it has one
+    own.write_text(_locked("cpu-py311-b", SAMPLE))
+    assert venvlock._pins_to_keep(proj, plan, own) == nearest  # its own lockfile too: the parent's pins still win
+    (lockdir / "cpu-py311-a" / "requirements.lock").write_text(SAMPLE)  # no record: not envbuild's lock
+    assert venvlock._pins_to_keep(proj, plan, own) == (None, "")
+
+
+def test_a_variants_relock_prefers_its_parents_pins_and_keeps_its_own_for_the_rest() -> None:
+    own = _locked("cpu-py311-b", SAMPLE + "tqdm==4.67.1 \\\n    --hash=sha256:ddd\n")
+    parent = _locked("cpu-py311", SAMPLE.replace("einops==0.8.1", "einops==0.8.0"))
+    kept = lockfile.preferences(own, parent)
+    assert {p.name: p.version for p in lockfile.parse_requirements(kept).values()} == {
+        "einops": "0.8.0",  # the parent's, re-locked since
+        "torch": "2.13.0+cpu",
+        "tqdm": "4.67.1",  # the variant's own package
+    }
+    assert "DO NOT EDIT" not in kept and "--hash=sha256:ddd" in kept
+    assert lockfile.preferences(own) == own  # no parent: the lockfile as it is, for uv to read back
