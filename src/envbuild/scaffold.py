@@ -181,7 +181,8 @@ def derived_text(name: str, parent: profile.Profile, base: str | None = None) ->
     example = json.dumps([*parent.packages, "tqdm==4.67.1"])
     return (
         f"# Written by `envbuild new {name} --extends {parent.name}`: {parent.name}'s torch, numpy and\n"
-        f"# settings; its first lock keeps {parent.name}'s versions. `envbuild validate {name}` checks it.\n"
+        f"# settings; its locks keep {parent.name}'s versions, and follow its re-locks.\n"
+        f"# `envbuild validate {name}` checks it.\n"
         f"name: {name}\n"
         f"extends: {parent.name}\n"
         f"description: {parent.name} with packages of its own\n"
@@ -245,7 +246,7 @@ def create(
                 hint="drop --torch / --numpy, or set them in the new file after it is written",
             )
         parent = _parent(project, name, extends)
-        lock_note = f"its first `envbuild lock {name}` keeps {extends}'s versions where they fit"
+        lock_note = f"`envbuild lock {name}` keeps {extends}'s versions where they fit, and follows its re-locks"
         choice = Choice(_parts(name), parent.torch, parent.numpy, [f"{extends}'s torch and numpy; {lock_note}"])
         text = derived_text(name, parent, base)
     else:
