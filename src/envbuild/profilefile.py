@@ -14,6 +14,7 @@ from typing import Any
 
 from envbuild import yamlsrc
 from envbuild.errors import Diagnostic
+from envbuild.names import canonical
 
 VERSION_FIELDS = {"python", "torch", "torchvision", "torchaudio", "numpy", "cuda", "rocm"}
 
@@ -185,8 +186,39 @@ def _read_chain(path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]) 
         loaded.origin[key] = (shown, line)
         for loc in [p for p in doc.lines if len(p) > 1 and p[0] == key]:
             loaded.nested_lines[loc] = doc.lines[loc]
+    if merged and isinstance(parent_name, str):
+        dropped = _dropped(merged.get("packages"), data.get("packages"))
+        it = "them" if len(dropped) > 1 else "it"
+        if dropped:
+            loaded.diagnostics.append(
+                Diagnostic(
+                    "warning",
+                    shown,
+                    doc.lines.get(("packages",)),
+                    "packages",
+                    f"this list replaces {parent_name}'s (lists are not merged), which leaves out {', '.join(dropped)}",
+                    f"repeat {it} here to keep {it}; ignore this if the profile means to drop {it}",
+                )
+            )
     merged = _deep_merge(merged, {k: v for k, v in data.items() if k != "extends"})
     return merged
+
+
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _dropped(inherited: Any, own: Any) -> list[str]:
+    """The packages of the inherited list that `own`, which replaces it, leaves out (as written).
+    A variant written as `extends: cpu-py311` plus `packages: [tqdm]` lost cpu-py311's einops
+    without a word; its image then failed on the team's code, not at validate."""
+    if not isinstance(inherited, list) or not isinstance(own, list):
+        return []
+    kept = {canonical(m.group(1)) for e in own if isinstance(e, str) and (m := _NAME.match(e))}
+    return [
+        e.strip()
+        for e in inherited
+        if isinstance(e, str) and (m := _NAME.match(e)) and canonical(m.group(1)) not in kept
+    ]
 
 
 def read_raw(path: Path, shown: str | None = None) -> Loaded:

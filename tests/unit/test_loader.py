@@ -23,6 +23,29 @@ def test_extends_deep_merges_and_tracks_origin(project: Path, write_profile: Cal
     assert loaded.profile.accelerator == "cuda"
 
 
+def test_a_variant_whose_packages_leave_out_its_parents_is_warned(
+    project: Path, write_profile: Callable[..., Path]
+) -> None:
+    """`extends: cpu-py311` plus `packages: [tqdm]` reads as "cpu-py311 and tqdm", but lists are
+    replaced: the variant lost einops without a word, and the team's code failed in its image."""
+    parent = "name: cpu-py311\naccelerator: cpu\npython: '3.11'\ntorch: '2.13.0'\nnumpy: '2.1.3'\n"
+    (project / "profiles" / "cpu-py311.yaml").write_text(parent + "packages: ['einops==0.8.1', 'Tqdm>=4']\n")
+    path = write_profile(
+        "cpu-py311-x", text="name: cpu-py311-x\nextends: cpu-py311\npackages:\n  - tqdm==4.67.1\n  - rich\n"
+    )
+    loaded = validate.check(path, "profiles/cpu-py311-x.yaml")
+    assert loaded.errors == []
+    [warning] = loaded.warnings
+    assert warning.render() == (
+        "profiles/cpu-py311-x.yaml:3: packages: this list replaces cpu-py311's (lists are not merged), which "
+        "leaves out einops==0.8.1; repeat it here to keep it; ignore this if the profile means to drop it"
+    )  # tqdm is kept (another pin, another spelling of its name): only what is gone is named
+    path.write_text("name: cpu-py311-x\nextends: cpu-py311\npackages: ['einops==0.8.1', 'tqdm==4.67.1']\n")
+    assert validate.check(path).warnings == []
+    path.write_text("name: cpu-py311-x\nextends: cpu-py311\n")  # no list of its own: the parent's
+    assert validate.check(path).warnings == []
+
+
 def test_error_in_parent_names_the_parent_file(project: Path, write_profile: Callable[..., Path]) -> None:
     (project / "profiles" / "_gpu.yaml").write_text("accelerator: cuda\nflavour: venv\n")
     path = write_profile(
