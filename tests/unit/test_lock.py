@@ -192,6 +192,8 @@ def test_a_variant_is_stale_once_the_profile_it_extends_is_re_locked(
     res = cli("status", "cpu-py311-extra", "--json", "--project", str(locked_project))
     [row] = json.loads(res.out)["profiles"]
     assert (row["lockfile"], row["next"]) == ("stale", "envbuild lock cpu-py311-extra")
+    res = cli("status", "cpu-py311-extra", "--project", str(locked_project))
+    assert "cpu-py311-extra: lockfiles/cpu-py311-extra/requirements.lock kept the versions of an older lock" in res.err
 
     shutil.rmtree(locked_project / "lockfiles" / "cpu-py311-extra")
     _variant_of_cpu_py311(locked_project, "")  # locked before its parent was

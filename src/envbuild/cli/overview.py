@@ -53,7 +53,8 @@ def status(
         return
     output.err().print(f"images: {proj.repository}:NAME (this project's repository)")
     for r in rows:
-        for problem in (r.problem, r.image_problem):
+        why_lock = r.lock_reason if r.lockfile in {"stale", "edited"} else ""  # "missing" says it all
+        for problem in (r.problem, why_lock, r.image_problem):
             if problem:
                 output.err().print(f"{r.profile}: {problem}")
         if r.gpu_checks == "skip":
