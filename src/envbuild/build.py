@@ -169,17 +169,25 @@ def _buildkit_build(
         cmd.append("--pull")
     cmd.append(str(ctx))
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
-        for raw in proc.stdout or []:
-            text = raw.rstrip("\n")
-            log.line(text)
-            m = BUILDKIT_STEP_RE.match(text)
-            if m:
-                log.step = text
-                log.steps = max(log.steps, int(m.group(2)))
-                say("step", f"{m.group(1)}/{m.group(2)}", m.group(3)[:120])
-            elif re.match(r"^#\d+ \[.*\] (RUN|COPY|ADD) ", text) and not text.endswith(" CACHED"):
-                log.ran += 1
+    # In a session of its own, the CLI hears of an interrupt from envbuild, also one only envbuild
+    # was sent (SIGTERM: a CI timeout); told nothing, it built on after envbuild had left.
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    ) as proc:
+        try:
+            for raw in proc.stdout or []:
+                text = raw.rstrip("\n")
+                log.line(text)
+                m = BUILDKIT_STEP_RE.match(text)
+                if m:
+                    log.step = text
+                    log.steps = max(log.steps, int(m.group(2)))
+                    say("step", f"{m.group(1)}/{m.group(2)}", m.group(3)[:120])
+                elif re.match(r"^#\d+ \[.*\] (RUN|COPY|ADD) ", text) and not text.endswith(" CACHED"):
+                    log.ran += 1
+        except BaseException:
+            buildkit.stop(proc)
+            raise
         rc = proc.wait()
     if rc != 0 or not iid.exists():
         raise log.error(prof.name, f"BuildKit exited with {rc}")

@@ -6,8 +6,11 @@ the `docker` CLI: buildx when installed, else `DOCKER_BUILDKIT=1 docker build`.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -43,3 +46,14 @@ def cli() -> list[str]:
             inspect = subprocess.run([cand, "buildx", "inspect"], capture_output=True, text=True, check=False)
             return [cand, "buildx", "build", *buildx_output(buildkit_version(inspect.stdout))]
     return [docker_cli(), "build"]
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """Stop a build's CLI (in a session of its own) as Ctrl-C would: on SIGINT it cancels the build
+    it started in the engine, and exits; SIGKILL if it has not within 10 s."""
+    for sig, grace in ((signal.SIGINT, 10.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+            return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from envbuild import buildkit
@@ -24,3 +26,63 @@ def test_the_image_comes_back_with_rewritten_times_only_where_buildkit_can(
 ) -> None:
     assert buildkit.buildkit_version(text) == version
     assert buildkit.buildx_output(version) == output
+
+
+def test_an_interrupt_during_a_quiet_step_stops_the_cli_and_its_build_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM to envbuild (a CI timeout) during a BuildKit step that prints nothing for a while
+    (a quiet install of 2.5 GB of CUDA wheels): envbuild left after `Popen`'s 0.25 s grace, saying
+    it had cleaned up, while the CLI, told nothing, built on until its next line of output met the
+    closed pipe. Measured with the real docker CLI and a 40 s `RUN sleep`: it built on for 37.3 s
+    after envbuild had gone. A stand-in CLI here prints one step, then sleeps, and records the
+    signal that stops it (on SIGINT the real one cancels its build in the engine)."""
+    import signal
+    import sys
+    import time
+    from types import FrameType
+
+    from envbuild import build, profile
+    from envbuild.buildctx import BuildOptions
+    from envbuild.buildfail import BuildLog
+
+    heard = tmp_path / "heard"
+    cli = tmp_path / "docker"
+    cli.write_text(
+        f"#!{sys.executable}\n"
+        "import signal, sys, time\n"
+        "def stop(signum, frame):\n"
+        f"    open({str(heard)!r}, 'w').write(str(signum))\n"
+        "    sys.exit(130)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "print('#5 [2/3] RUN uv pip install --quiet ...', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    cli.chmod(0o755)
+    monkeypatch.setattr(buildkit, "cli", lambda: [str(cli), "build"])
+    (tmp_path / "ctx").mkdir()
+    prof = profile.Profile.model_validate(
+        {"name": "cpu-py311", "accelerator": "cpu", "python": "3.11", "torch": "2.13.0", "numpy": "2.1.3"}
+    )
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            build._buildkit_build(
+                tmp_path / "ctx",
+                prof,
+                {},
+                BuildOptions(builder="buildkit"),
+                BuildLog(tmp_path / "build.log"),
+                lambda *a: None,
+            )
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    assert time.monotonic() - t0 < 10, "envbuild waited for the CLI's step to end"
+    assert heard.read_text() == str(int(signal.SIGINT))  # told, as Ctrl-C tells it, so it cancels its build
