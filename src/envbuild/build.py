@@ -101,20 +101,24 @@ def _sdk_build(
     try:
         image_id = _follow_build(stream, prof, log, pulling, say)
     except Exception as exc:  # a read of the stream timed out or lost the engine: not an envbuild bug
-        found = enginelost.lost(
-            exc, engine.engine_url()[0], f"the build, at {log.step[:80] or 'its start'},", cli.api.timeout
-        )
-        if found is None:
-            raise
-        quiet = f"; a step that runs longer without output: raise {enginelost.STEP_TIMEOUT_ENV}"
-        found.hint += f"; the build's output so far is in {log.path}" + (quiet if found.timed_out else "")
-        raise found from exc
+        raise _engine_lost(exc, log, cli.api.timeout) from exc
     finally:
         if "fileobj" in sent:  # a temporary file
             sent["fileobj"].close()
     if not image_id:
         raise log.error(prof.name, "the engine finished without an image ID")
     return image_id
+
+
+def _engine_lost(exc: Exception, log: BuildLog, waited: Any) -> Exception:
+    """What to raise for `exc`, met while a build streamed its output: the engine's silence or lost
+    link said so, with the step and the log; anything else as it is."""
+    found = enginelost.lost(exc, engine.engine_url()[0], f"the build, at {log.step[:80] or 'its start'},", waited)
+    if found is None:
+        return exc
+    quiet = f"; a step that runs longer without output: raise {enginelost.STEP_TIMEOUT_ENV}"
+    found.hint += f"; the build's output so far is in {log.path}" + (quiet if found.timed_out else "")
+    return found
 
 
 def _follow_build(stream: Any, prof: Profile, log: BuildLog, pulling: engine.Transfer, say: Events) -> str:
@@ -151,23 +155,7 @@ def _buildkit_build(
 ) -> str:
     iid = ctx.parent / "image.id"
     iid.unlink(missing_ok=True)
-    cmd = [
-        *buildkit.cli(),
-        "--progress=plain",
-        "--target",
-        "runtime",
-        "--iidfile",
-        str(iid),
-        "-f",
-        str(ctx / "Dockerfile"),
-    ]
-    for k, v in sorted(buildargs.items()):
-        cmd += ["--build-arg", f"{k}={v}"]
-    if opts.no_cache:
-        cmd.append("--no-cache")
-    if opts.pull:
-        cmd.append("--pull")
-    cmd.append(str(ctx))
+    cmd = buildkit.command(ctx, iid, buildargs, no_cache=opts.no_cache, pull=opts.pull)
     env = {**os.environ, "DOCKER_BUILDKIT": "1"}
     # In a session of its own, the CLI hears of an interrupt from envbuild, also one only envbuild
     # was sent (SIGTERM: a CI timeout); told nothing, it built on after envbuild had left.
@@ -175,8 +163,7 @@ def _buildkit_build(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
     ) as proc:
         try:
-            for raw in proc.stdout or []:
-                text = raw.rstrip("\n")
+            for text in buildkit.lines(proc, enginelost.step_timeout()):
                 log.line(text)
                 m = BUILDKIT_STEP_RE.match(text)
                 if m:
@@ -185,8 +172,10 @@ def _buildkit_build(
                     say("step", f"{m.group(1)}/{m.group(2)}", m.group(3)[:120])
                 elif re.match(r"^#\d+ \[.*\] (RUN|COPY|ADD) ", text) and not text.endswith(" CACHED"):
                     log.ran += 1
-        except BaseException:
-            buildkit.stop(proc)
+        except BaseException as exc:
+            buildkit.stop(proc)  # a hung engine holds the CLI too: silence for a step's limit stops it
+            if isinstance(exc, TimeoutError):
+                raise _engine_lost(exc, log, enginelost.step_timeout()) from exc
             raise
         rc = proc.wait()
     if rc != 0 or not iid.exists():

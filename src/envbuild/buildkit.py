@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 _BUILDKIT_VERSION_RE = re.compile(r"^\s*Build[Kk]it(?: version)?:\s*v?(\d+)\.(\d+)", re.M)
@@ -48,6 +51,14 @@ def cli() -> list[str]:
     return [docker_cli(), "build"]
 
 
+def command(ctx: Path, iid: Path, buildargs: dict[str, str], *, no_cache: bool, pull: bool) -> list[str]:
+    """The CLI call that builds the context's runtime stage and writes the image's ID to `iid`."""
+    cmd = [*cli(), "--progress=plain", "--target", "runtime", "--iidfile", str(iid), "-f", str(ctx / "Dockerfile")]
+    for k, v in sorted(buildargs.items()):
+        cmd += ["--build-arg", f"{k}={v}"]
+    return [*cmd, *(["--no-cache"] if no_cache else []), *(["--pull"] if pull else []), str(ctx)]
+
+
 def stop(proc: subprocess.Popen[str]) -> None:
     """Stop a build's CLI (in a session of its own) as Ctrl-C would: on SIGINT it cancels the build
     it started in the engine, and exits; SIGKILL if it has not within 10 s."""
@@ -57,3 +68,24 @@ def stop(proc: subprocess.Popen[str]) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
             return
+
+
+def lines(proc: subprocess.Popen[str], silence: float) -> Iterator[str]:
+    """The lines a build's CLI prints, as they come; TimeoutError when it prints nothing for
+    `silence` seconds (an engine that hangs holds the CLI, which would wait on it forever)."""
+    got: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for raw in proc.stdout or []:
+            got.put(raw)
+        got.put(None)
+
+    threading.Thread(target=pump, name="buildkit-output", daemon=True).start()
+    while True:
+        try:
+            raw = got.get(timeout=silence)
+        except queue.Empty:
+            raise TimeoutError(f"the BuildKit CLI printed nothing for {silence:g} s") from None
+        if raw is None:
+            return
+        yield raw.rstrip("\n")
