@@ -24,7 +24,7 @@ from envbuild import buildahead, buildctx, buildfail, buildkit, engine, enginelo
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
-from envbuild.errors import SmokeFailed, UsageError
+from envbuild.errors import EngineNoAnswer, SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.localimage import repository, taken_from
 from envbuild.names import (
@@ -101,7 +101,10 @@ def _sdk_build(
     try:
         image_id = _follow_build(stream, prof, log, pulling, say)
     except Exception as exc:  # a read of the stream timed out or lost the engine: not an envbuild bug
-        raise _engine_lost(exc, log, cli.api.timeout) from exc
+        found = _engine_lost(exc, log, cli.api.timeout)
+        if found is None:
+            raise
+        raise found from exc
     finally:
         if "fileobj" in sent:  # a temporary file
             sent["fileobj"].close()
@@ -110,12 +113,12 @@ def _sdk_build(
     return image_id
 
 
-def _engine_lost(exc: Exception, log: BuildLog, waited: Any) -> Exception:
-    """What to raise for `exc`, met while a build streamed its output: the engine's silence or lost
-    link said so, with the step and the log; anything else as it is."""
+def _engine_lost(exc: Exception, log: BuildLog, waited: Any) -> EngineNoAnswer | None:
+    """The error for `exc`, met while a build streamed its output, when it is the engine's silence
+    or lost link: with the step and the log. None for anything else."""
     found = enginelost.lost(exc, engine.engine_url()[0], f"the build, at {log.step[:80] or 'its start'},", waited)
     if found is None:
-        return exc
+        return None
     quiet = f"; a step that runs longer without output: raise {enginelost.STEP_TIMEOUT_ENV}"
     found.hint += f"; the build's output so far is in {log.path}" + (quiet if found.timed_out else "")
     return found
@@ -174,9 +177,10 @@ def _buildkit_build(
                     log.ran += 1
         except BaseException as exc:
             buildkit.stop(proc)  # a hung engine holds the CLI too: silence for a step's limit stops it
-            if isinstance(exc, TimeoutError):
-                raise _engine_lost(exc, log, enginelost.step_timeout()) from exc
-            raise
+            found = _engine_lost(exc, log, enginelost.step_timeout()) if isinstance(exc, TimeoutError) else None
+            if found is None:
+                raise
+            raise found from exc
         rc = proc.wait()
     if rc != 0 or not iid.exists():
         raise log.error(prof.name, f"BuildKit exited with {rc}")

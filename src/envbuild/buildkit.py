@@ -76,8 +76,10 @@ def lines(proc: subprocess.Popen[str], silence: float) -> Iterator[str]:
     got: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
-        for raw in proc.stdout or []:
-            got.put(raw)
+        # the pipe may be closed under it once the CLI was stopped (`with Popen` closes it)
+        with contextlib.suppress(ValueError, OSError):
+            for raw in proc.stdout or []:
+                got.put(raw)
         got.put(None)
 
     threading.Thread(target=pump, name="buildkit-output", daemon=True).start()

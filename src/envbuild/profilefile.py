@@ -188,8 +188,8 @@ def _read_chain(path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]) 
             loaded.nested_lines[loc] = doc.lines[loc]
     if merged and isinstance(parent_name, str):
         dropped = _dropped(merged.get("packages"), data.get("packages"))
-        it = "them" if len(dropped) > 1 else "it"
         if dropped:
+            it = "them" if len(dropped) > 1 else "it"
             loaded.diagnostics.append(
                 Diagnostic(
                     "warning",
