@@ -124,7 +124,24 @@ def _cxx() -> dict[str, Any]:
 def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
     out = []
     engine_ok = bool(report.engine.get("reachable", True))
-    for prof in (validate.load_named(project, n) for n in project.profile_names()):
+    for name, prof in validate.load_all(project).items():
+        if not isinstance(prof, Profile):
+            # A check of the host must not stop at one broken file: the other profiles' verdicts are
+            # what the user came for, and this row says what to run for the broken one.
+            first = next((d for d in prof.diagnostics if d.severity == "error"), None)
+            problem = f"{first.field}: {first.message}" if first else str(prof)
+            why = f"not valid: {problem}; run `envbuild validate {name}`"
+            out.append(
+                {
+                    "profile": name,
+                    "runs_here": False,
+                    "host_ok": False,
+                    "why": why,
+                    "accelerator": None,
+                    "version": None,
+                }
+            )
+            continue
         host_ok, why = _host_verdict(prof, report)
         if not engine_ok:
             # A GPU host without an engine still runs `envbuild venv` + `smoke --local`: keep what
@@ -197,7 +214,7 @@ def disk_note(report: HostReport) -> str | None:
     project is not told about CUDA's 15 GB, a ROCm one is told about its 40."""
     from envbuild import engine
 
-    kinds = {str(p["accelerator"]) for p in report.profiles} or {"cuda"}
+    kinds = {str(p["accelerator"]) for p in report.profiles if p["accelerator"]} or {"cuda"}
     heaviest = max(kinds, key=lambda kind: engine.BUILD_ROOM[kind])
     return engine.disk_note(report.engine.get("data_root"), report.engine.get("free_bytes"), heaviest)
 

@@ -38,14 +38,33 @@ def probe(python: str) -> dict[str, object]:
 
 
 def find_python(prof: Profile) -> str:
-    for candidate in (f"python{prof.python}", "python3", sys.executable):
+    """The first interpreter on PATH that is the profile's Python. One that does not run (a pyenv
+    shim for a version that is installed but not selected, a dangling link) is passed over, not
+    the end of the search, and the error names each one tried and what it was."""
+    tried: list[str] = []
+    for candidate in dict.fromkeys((f"python{prof.python}", "python3", sys.executable)):
         path = shutil.which(candidate) or (candidate if Path(candidate).is_file() else None)
-        if path and probe(path)["version"] == prof.python:
+        if not path:
+            continue
+        try:
+            version = probe(path)["version"]
+        except VenvError as exc:
+            why = str(exc).removeprefix(f"cannot run the interpreter {path}: ")
+            tried.append(f"{path} does not run ({_first_line(why)})")
+            continue
+        if version == prof.python:
             return path
+        tried.append(f"{path} is Python {version}")
+    seen = f": {'; '.join(tried)}" if tried else ""
     raise VenvError(
-        f"no Python {prof.python} found on PATH",
-        hint=f"install Python {prof.python} or pass --python /path/to/python{prof.python}",
+        f"no Python {prof.python} found on PATH{seen}",
+        hint=f"put a Python {prof.python} on PATH (a pyenv shim runs only when its version is selected) "
+        f"or pass --python /path/to/python{prof.python}",
     )
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)
 
 
 def check_interpreter(prof: Profile, facts: dict[str, object], platform: str) -> None:

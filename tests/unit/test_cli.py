@@ -467,6 +467,43 @@ def test_venv_into_a_file_is_refused_before_any_work(cli: Cli, project: Path, tm
     assert target.read_text() == "data"
 
 
+def test_venv_passes_over_an_interpreter_on_path_that_does_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pyenv shim for a version installed but not selected is on PATH and exits 127: `venv` said
+    "cannot run the interpreter" with pyenv's whole text and no fix, and never tried the others."""
+    import sys
+
+    from envbuild import venv
+    from envbuild.errors import VenvError
+    from envbuild.profile import Profile
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    mine = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for name in (f"python{mine}", "python3.99"):
+        shim = bin_dir / name
+        shim.write_text(f"#!/bin/sh\necho 'pyenv: {name}: command not found' >&2\nexit 127\n")
+        shim.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    prof = Profile.model_validate(
+        {
+            "name": "cpu-py" + mine.replace(".", ""),
+            "accelerator": "cpu",
+            "python": mine,
+            "torch": "2.3.1",
+            "numpy": "1.26.4",
+        }
+    )
+    assert venv.find_python(prof) == sys.executable  # the shim failed; this interpreter is the version
+    other = prof.model_copy(update={"python": "3.99"})
+    with pytest.raises(VenvError) as caught:
+        venv.find_python(other)
+    assert f"{bin_dir}/python3.99 does not run (pyenv: python3.99: command not found)" in str(caught.value)
+    assert f"{sys.executable} is Python {mine}" in str(caught.value)
+    assert "pass --python /path/to/python3.99" in caught.value.hint
+
+
 def test_venv_of_a_conda_profile_names_the_tool_that_makes_it(cli: Cli, project: Path, tmp_path: Path) -> None:
     """uv was handed conda-lock.yml as a requirements file: "Couldn't parse requirement ...
     content_hash:", fix "uv's message above says why"."""

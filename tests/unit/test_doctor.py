@@ -86,6 +86,24 @@ def test_without_an_engine_no_image_runs_but_the_gpu_verdict_stays(project: Path
     assert rows["rocm63-py312"]["host_ok"] is False
 
 
+def test_one_invalid_profile_is_a_row_of_the_report_not_the_end_of_it(
+    engineless_project: Path, write_profile: Callable[..., Path], cli: Callable[..., Result]
+) -> None:
+    """`doctor` stopped at the first invalid profile with validate's error, so a host check in a
+    project with one broken file said nothing about the engine, the GPUs or the other profiles."""
+    write_profile(name="cu121-py312", python="3.12", torch="2.2.2", torchvision=None, numpy="2.0.2")
+    done = cli("doctor", "--no-network", "--json")
+    assert done.code == 0, done.err
+    import json
+
+    rows = {row["profile"]: row for row in json.loads(done.out)["profiles"]}
+    assert rows["cpu-py311"]["host_ok"] is True  # no engine here: the host verdict stands
+    bad = rows["cu121-py312"]
+    assert (bad["runs_here"], bad["accelerator"]) == (False, None)
+    assert bad["why"].startswith("not valid: numpy: torch 2.2.2 was compiled against NumPy 1.x")
+    assert bad["why"].endswith("run `envbuild validate cu121-py312`")
+
+
 def test_rocm_host(project: Path) -> None:
     verdicts = _verdicts(project, doctor.HostReport(rocm_devices=["renderD128", "renderD129"]))
     assert verdicts["rocm63-py312"] == (True, "2 ROCm render node(s)")
