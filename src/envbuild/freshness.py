@@ -26,6 +26,8 @@ from envbuild.lockfile import (
     RecordError,
     conda_pins,
     conflicted,
+    followed_profile,
+    follows_record,
     lock_sha256,
     parse_requirements,
     read_record,
@@ -134,7 +136,7 @@ def followed(project: Project, name: str, file_name: str) -> str:
         except (OSError, UnicodeDecodeError):
             continue
         try:
-            return f"{parent}@{read_record(text).resolution}"
+            return follows_record(parent, read_record(text).resolution)
         except RecordError:
             return ""  # the parent's own lockfile needs a re-lock first; its status says so
     return ""
@@ -145,8 +147,8 @@ def _follows_problem(project: Project, plan: Plan, snap: LockSnapshot, shown: st
     want = followed(project, plan.name, snap.path.name)
     if not want or want == snap.record.follows:
         return ""
-    parent = want.partition("@")[0]
-    if snap.record.follows.partition("@")[0] == parent:
+    parent = followed_profile(want)
+    if followed_profile(snap.record.follows) == parent:
         return (
             f"{shown} kept the versions of an older lock of {parent}, which it extends ({parent} was re-locked since)"
         )

@@ -61,6 +61,16 @@ class LockRecord(BaseModel):
         )
 
 
+def follows_record(parent: str, resolution: str) -> str:
+    """A variant's `follows` record: the profile it extends and that profile's resolution id."""
+    return f"{parent}@{resolution}"
+
+
+def followed_profile(record: str) -> str:
+    """The profile a `follows` record names ("" for none)."""
+    return record.partition("@")[0]
+
+
 def new_record(
     *,
     profile: str,

@@ -245,7 +245,7 @@ def _pins_to_keep(project: Project, plan: Plan, own: Path) -> tuple[Path | None,
     follows = freshness.followed(project, plan.name, own.name)
     if not follows:
         return None, ""
-    return lock_dir(project, follows.partition("@")[0]) / own.name, follows
+    return lock_dir(project, lockfile.followed_profile(follows)) / own.name, follows
 
 
 def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | None = None) -> LockOutcome:
@@ -271,7 +271,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
             current = found.snapshots.get(platform) if found is not None else None
             theirs, follows = _pins_to_keep(project, plan, directory / primary)
             if follows and not opts.upgrade:
-                kept_from = follows.partition("@")[0]
+                kept_from = lockfile.followed_profile(follows)
             pins, req_text, pylock_text = _resolve_platform(
                 plan, platform, opts, directory / primary, Path(tmp), current, parent=theirs
             )
