@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildahead, buildctx, buildfail, buildkit, engine, enginelost, hostgpu
+from envbuild import buildahead, buildctx, buildfail, buildkit, engine, enginelost, hostgpu, smokerecord
 from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
@@ -331,7 +331,10 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
         checked.result()
     timings["build"] = time.monotonic() - t0
     report = None
-    if opts.smoke:
+    if opts.smoke and (report := smokerecord.passed_before(cli, built, work / "smoke.json", prof.accelerator)):
+        say("phase", "smoke", f"passed on this very image before, not run again (`envbuild smoke {prof.name}` runs it)")
+        report = {**report, "reused": True}
+    elif opts.smoke:
         from envbuild.smoke import host
 
         say("phase", "smoke", "running the smoke test in the image")

@@ -233,6 +233,33 @@ def test_unchanged_rebuild_is_fully_cached(built_cpu: dict[str, Any], e2e_projec
     assert again["built_image_id"] == built_cpu["built_image_id"]
 
 
+def test_an_unchanged_rebuild_does_not_run_the_smoke_test_again_unless_its_record_falls_short(
+    built_cpu: dict[str, Any], e2e_project: Path, repo_name: str
+) -> None:
+    """`envbuild build cpu-py311` with nothing changed ran the whole smoke test again on the very
+    image that had passed it: 24 s of its 26 s. The report it keeps for that image stands now."""
+    res = envbuild(*local_build("cpu-py311", repo_name), "--json", cwd=e2e_project)
+    assert res.returncode == 0, res.stderr[-3000:]
+    again = json.loads(res.stdout)
+    assert again["built_image_id"] == built_cpu["built_image_id"] and again["image_id"] == built_cpu["image_id"]
+    assert again["smoke"]["reused"] is True and again["smoke"]["passed"] is True
+    assert "smoke" not in again["timings"]
+    assert again["tags"] == built_cpu["tags"]
+    res = envbuild(*local_build("cpu-py311", repo_name), cwd=e2e_project, env={"COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "smoke passed before on this very image, not run again (.envbuild/cpu-py311/smoke.json)" in res.stdout
+    # A report the project keeps of some checks only (or edited to say so) is not the whole test: it runs.
+    kept = e2e_project / ".envbuild" / "cpu-py311" / "smoke.json"
+    report = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**report, "only": ["imports"]}))
+    res = envbuild(*local_build("cpu-py311", repo_name), "--json", cwd=e2e_project)
+    assert res.returncode == 0, res.stderr[-3000:]
+    ran = json.loads(res.stdout)
+    assert "reused" not in ran["smoke"] and ran["smoke"]["passed"] and "smoke" in ran["timings"]
+    assert ran["image_id"] == built_cpu["image_id"]  # the same record: the same labelled image
+    assert "only" not in json.loads(kept.read_text())  # the whole run's report again
+
+
 def test_a_nearly_full_engine_disk_is_warned_of_before_the_base_pull(
     built_cpu: dict[str, Any], e2e_project: Path, repo_name: str, cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

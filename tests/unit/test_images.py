@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -332,3 +333,36 @@ def test_status_names_an_image_built_from_the_tested_one_under_the_profiles_tag(
     ref, why = status.foreign_problem(None, rows, proj, PROF)
     assert ref == "envbuild:cu121-py311" and why.startswith("its smoke-test record does not hold")
     assert why.endswith("push refuses it")
+
+
+def test_a_smoke_report_stands_for_an_unchanged_rebuild_only_on_the_very_image_and_its_record(tmp_path: Path) -> None:
+    """What `build` checks before it skips the smoke test of a rebuild that changed nothing."""
+    import json
+    from types import SimpleNamespace
+
+    built = "sha256:" + "b" * 64
+    tested: dict[str, Any] = {"RootFS": {"Layers": ["sha256:1"]}, "Config": {"Labels": {"io.envbuild.profile": "x"}}}
+    labels = {**tested["Config"]["Labels"], "io.envbuild.smoke": "passed", "io.envbuild.smoke.tested-image": built}
+    child = {**tested, "Config": {"Labels": {**labels, "io.envbuild.smoke.record": smokerecord.digest(tested, labels)}}}
+    engine_images: dict[str, dict[str, Any]] = {"sha256:child": child}
+    api = SimpleNamespace(
+        images=lambda filters: [{"Id": i} for i in engine_images],
+        inspect_image=lambda image_id: engine_images[image_id],
+    )
+    cli = SimpleNamespace(api=api)
+    saved = tmp_path / "smoke.json"
+    whole = {"passed": True, "image": built, "checks": []}
+    saved.write_text(json.dumps(whole))
+    assert smokerecord.passed_before(cli, built, saved, "cpu") == whole
+    # what the test certifies on a GPU host is the host's driver and devices too
+    assert smokerecord.passed_before(cli, built, saved, "cuda") is None
+    assert smokerecord.passed_before(cli, "sha256:" + "c" * 64, saved, "cpu") is None  # another image
+    for report in ({**whole, "only": ["gpu"]}, {**whole, "passed": False}, "[]"):
+        saved.write_text(report if isinstance(report, str) else json.dumps(report))
+        assert smokerecord.passed_before(cli, built, saved, "cpu") is None, report
+    saved.write_text(json.dumps(whole))
+    # a report written by hand without the record envbuild labels a tested image with
+    engine_images["sha256:child"] = {**child, "Config": {"Labels": {**labels, "io.envbuild.smoke.record": "forged"}}}
+    assert smokerecord.passed_before(cli, built, saved, "cpu") is None
+    saved.unlink()
+    assert smokerecord.passed_before(cli, built, saved, "cpu") is None

@@ -137,9 +137,12 @@ def build(
 
         output.emit_json(asdict(result))
         return
-    if result.smoke:
-        _print_smoke(result.smoke, output.out())
     con = output.out()
+    if result.smoke and result.smoke.get("reused"):
+        saved = proj.rel(proj.work_dir(prof.name) / "smoke.json")
+        con.print(output.styled("smoke ", ("passed", "green"), f" before on this very image, not run again ({saved})"))
+    elif result.smoke:
+        _print_smoke(result.smoke, con)
     ran = f"{result.ran_steps} of {result.steps} steps ran" if result.ran_steps else "every step from cache"
     con.print(f"built {result.image_id[:19]} in {result.seconds:.1f}s ({ran})")
     for t in result.tags:
