@@ -32,7 +32,7 @@ def _package(channel: Path, subdir: str, name: str, version: str, build: str, de
 
 def make_channel(chan: Path) -> Path:
     """python 3.11, numpy 2.1.3 and 2.2.0, a CPU and a CUDA pytorch 2.5.1 (and torchvision for
-    each), pip and pillow."""
+    each), pip, pillow and matplotlib-base."""
     import asyncio
 
     from rattler.index import index_fs
@@ -50,6 +50,8 @@ def make_channel(chan: Path) -> Path:
     _package(chan, "linux-64", "torchvision", "0.19.1", "cpu_py311_0", ["python >=3.11,<3.12", "pytorch 2.4.1 cpu*"])
     _package(chan, "noarch", "pip", "24.0", "pyh_0", ["python >=3.8"])
     _package(chan, "noarch", "pillow", "11.0.0", "pyh_0", [])
+    # conda-forge's matplotlib: the files in matplotlib-base, which PyPI calls matplotlib
+    _package(chan, "linux-64", "matplotlib-base", "3.9.2", "py311_0", ["python >=3.11,<3.12", "numpy >=1.23"])
     asyncio.run(index_fs(chan))
     return chan
 

@@ -22,7 +22,27 @@ from envbuild import tmpdirs, uvtool
 from envbuild.errors import LockError
 from envbuild.names import PLATFORM_TAGS
 
-CONDA_TO_PYPI = {"pytorch": "torch"}  # conda-forge's name for a distribution PyPI names otherwise
+# A conda package that installs a Python distribution PyPI names otherwise (conda-forge's names, and
+# the defaults channel's numpy-base). One missing here reads as a distribution the environment lacks:
+# a pip package that needs it then gets PyPI's copy over the channel's (seaborn brought PyPI's
+# matplotlib beside conda-forge's matplotlib-base). conda-lock reads the same facts from grayskull's
+# mapping, a download from GitHub at lock time; these are the ones a torch environment meets.
+CONDA_TO_PYPI = {
+    "pytorch": "torch",
+    "matplotlib-base": "matplotlib",
+    "numpy-base": "numpy",
+    "pyarrow-core": "pyarrow",
+    "msgpack-python": "msgpack",
+    "brotli-python": "brotli",
+    "python-flatbuffers": "flatbuffers",
+    "pytables": "tables",
+    "py-xgboost": "xgboost",
+    "sentencepiece-python": "sentencepiece",
+    "pytorch_geometric": "torch-geometric",
+    "pytorch_scatter": "torch-scatter",
+    "pytorch_sparse": "torch-sparse",
+    "pytorch_cluster": "torch-cluster",
+}
 # PyPI's builds of these link PyPI's torch (its libraries, its C++ ABI): never beside a channel's.
 # torch itself is always the solution's. CUDA wheels (nvidia-*) stay a pip package's to ask for.
 BUILT_AGAINST_TORCH = frozenset({"torchvision", "torchaudio"})

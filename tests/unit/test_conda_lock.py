@@ -102,6 +102,29 @@ def test_a_conda_profiles_pip_packages_resolve_around_the_conda_solution(tmp_pat
     assert conflict.state == "failed" and "oldkit depend on numpy<2" in conflict.message, conflict.message
 
 
+def test_a_pip_package_needing_what_a_conda_package_installs_under_another_name_gets_the_channels(
+    tmp_path: Path, channel: Path
+) -> None:
+    """matplotlib-base is conda-forge's matplotlib: a pip package that needs matplotlib (seaborn) got
+    PyPI's copy locked over it, as if the conda environment had none."""
+    import yaml
+
+    wheels, simple = tmp_path / "wheels", tmp_path / "simple"
+    wheels.mkdir()
+    simple.mkdir()
+    _wheel(wheels, "plotkit", "1.0", ["matplotlib>=3.8"])
+    _wheel(wheels, "matplotlib", "3.10.0", ["numpy"])  # PyPI's: never to be chosen
+    extra = f'packages: ["plotkit==1.0"]\nindex_url: "{simple.as_uri()}"\nfind_links: ["{wheels}"]\n'
+    root = conda_project(tmp_path / "proj", channel, extra=extra)
+    prof = root / "profiles" / "cpu-py311-conda.yaml"
+    prof.write_text(prof.read_text().replace('conda_packages: ["pillow"]', 'conda_packages: ["matplotlib-base"]'))
+    outcome = lock.lock_one(open_project(str(root)), "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
+    assert outcome.state == "locked", outcome.message
+    packages = yaml.safe_load((root / "lockfiles" / "cpu-py311-conda" / "conda-lock.yml").read_text())["package"]
+    assert [p["name"] for p in packages if p["manager"] == "pip"] == ["plotkit"]
+    assert ("matplotlib-base", "3.9.2") in {(p["name"], p["version"]) for p in packages if p["manager"] == "conda"}
+
+
 def test_conda_lock_unsolvable_writes_nothing(tmp_path: Path, channel: Path) -> None:
     root = conda_project(tmp_path / "proj", channel, torch="2.4.1")
     outcome = lock.lock_one(open_project(str(root)), "cpu-py311-conda", lock.LockOptions(solver="rattler", apt=False))
