@@ -97,6 +97,27 @@ def test_new_with_exact_releases_asks_no_index(cli: Callable[..., Result], empty
     )
 
 
+@pytest.mark.parametrize(("name", "rocm"), [("rocm714-py313", "7.14"), ("rocm624-py312", "6.2.4")])
+def test_new_reads_a_rocm_token_as_the_build_the_data_has(
+    cli: Callable[..., Result], empty_project: Path, index: Lookups, name: str, rocm: str
+) -> None:
+    """rocm714 was read as ROCm 7.1.4, which no release has ("builds it knows: ... 7.14"), while
+    validate accepts a profile of that name with rocm "7.14"."""
+    res = cli(
+        "new",
+        name,
+        "--torch",
+        "2.14.1" if rocm == "7.14" else "2.6.0",
+        "--numpy",
+        "2.1.3",
+        "--project",
+        str(empty_project),
+    )
+    assert res.code == 0, res.err
+    prof = validate.load_valid(open_project(str(empty_project)).profile_path(name))
+    assert prof.rocm == rocm
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
