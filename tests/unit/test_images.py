@@ -357,6 +357,10 @@ def test_a_smoke_report_stands_for_an_unchanged_rebuild_only_on_the_very_image_a
     # what the test certifies on a GPU host is the host's driver and devices too
     assert smokerecord.passed_before(cli, built, saved, "cuda") is None
     assert smokerecord.passed_before(cli, "sha256:" + "c" * 64, saved, "cpu") is None  # another image
+    # `envbuild smoke NAME` since the build: its report is of the marked image, which holds
+    by_smoke = {**whole, "image": "sha256:child"}
+    saved.write_text(json.dumps(by_smoke))
+    assert smokerecord.passed_before(cli, built, saved, "cpu") == by_smoke
     for report in ({**whole, "only": ["gpu"]}, {**whole, "passed": False}, "[]"):
         saved.write_text(report if isinstance(report, str) else json.dumps(report))
         assert smokerecord.passed_before(cli, built, saved, "cpu") is None, report
