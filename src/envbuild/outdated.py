@@ -14,7 +14,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from envbuild import proc, scaffold, uvtool
+from envbuild import proc, scaffold, uvtool, validate
 from envbuild.errors import EnvbuildError
 from envbuild.names import PYPI_SIMPLE
 from envbuild.profile import NameParts, Profile
@@ -88,3 +88,19 @@ def report(project: Project, profiles: list[Profile], jobs: int = 4) -> list[Dri
         return drift(prof, prof.index_url or project.config.index_url or PYPI_SIMPLE)
 
     return proc.gather(one, profiles, jobs)
+
+
+def report_all(project: Project, jobs: int = 4) -> tuple[list[Drift], list[str]]:
+    """Every profile of the project, and the names of the invalid ones: each of those is a row that
+    says why, not the end of the report, so a scheduled job still hears about the others."""
+    loaded = validate.load_all(project)
+    drifts = report(project, [p for p in loaded.values() if isinstance(p, Profile)], jobs)
+    invalid = []
+    for name, exc in loaded.items():
+        if isinstance(exc, Profile):
+            continue
+        invalid.append(name)
+        first = next((d for d in exc.diagnostics if d.severity == "error"), None)
+        why = f"{first.file}:{first.line}: {first.field}: {first.message}" if first else str(exc)
+        drifts.append(Drift(name, "-", "-", error=f"not valid: {why}", checked=False))
+    return sorted(drifts, key=lambda d: d.profile), invalid

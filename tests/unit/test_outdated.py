@@ -88,3 +88,25 @@ def test_one_failed_lookup_does_not_hide_the_others(
     table = cli("outdated", "cpu-py311-conda", "--project", str(project))
     assert table.code == 0 and "n/a" in table.out
     assert "cpu-py311-conda: conda profile: its torch comes from conda-forge" in table.err
+
+
+def test_an_invalid_profile_is_a_row_and_the_others_are_still_looked_up(
+    cli: Callable[..., Result], project: Path, fake_index: FakeIndex
+) -> None:
+    """`outdated` stopped at the first invalid profile with validate's error: a scheduled job learnt
+    nothing about the others."""
+    for path in (project / "profiles").glob("*.yaml"):
+        if path.stem not in {"_base", "cu126-py312"}:
+            path.unlink()
+    (project / "profiles" / "cu121-py312.yaml").write_text(
+        'name: cu121-py312\naccelerator: cuda\ncuda: "12.1"\npython: "3.12"\ntorch: "2.2.2"\nnumpy: "2.0.2"\n'
+    )
+    fake_index.newest.update({"torch==2.7.*": "2.7.1", "numpy==2.2.*": "2.2.6", "torch==2.14.*": "2.14.1"})
+    fake_index.newest.update({"numpy==2.4.*": "2.4.6", "numpy==2.5.*": "2.5.5"})
+    res = cli("outdated", "--json", "--project", str(project))
+    assert res.code == 2
+    rows = _report(res)
+    assert rows["cu126-py312"]["checked"] is True and rows["cu126-py312"]["newer_torch"] == "2.14.1"
+    bad = rows["cu121-py312"]
+    assert bad["checked"] is False and bad["error"].startswith("not valid: profiles/cu121-py312.yaml:6: numpy:")
+    assert "error: 1 profile(s) invalid: cu121-py312" in res.err

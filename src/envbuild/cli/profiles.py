@@ -197,14 +197,16 @@ def outdated(
     as_json: JsonOpt = False,
 ) -> None:
     """What upstream released since the profiles were pinned: newer patches, and newer releases that fit."""
-    from envbuild import ci
     from envbuild import outdated as od
-    from envbuild.errors import LockError, ProfilesBehind
+    from envbuild.errors import LockError, ProfileError, ProfilesBehind
 
     proj = project_at(project)
-    profiles = [load_profile(proj, n) for n in names] if names else ci.profiles(proj)
     check_jobs(jobs)
-    drifts = od.report(proj, profiles, jobs)
+    invalid: list[str] = []
+    if names:
+        drifts = od.report(proj, [load_profile(proj, n) for n in names], jobs)
+    else:
+        drifts, invalid = od.report_all(proj, jobs)
     if as_json:
         output.emit_json([d.as_dict() for d in drifts])
     elif not drifts:
@@ -235,6 +237,8 @@ def outdated(
         for d in drifts:
             for line in [*d.notes, *([d.error] if d.error else [])]:
                 err.print(f"{d.profile}: {line}")
+    if invalid:
+        raise ProfileError(f"{len(invalid)} profile(s) invalid: {', '.join(invalid)}", hint="envbuild validate --all")
     failed = [d.profile for d in drifts if d.error]
     if failed:
         raise LockError(f"could not look up {', '.join(failed)}", hint="the lines above say why")
