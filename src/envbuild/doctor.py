@@ -128,9 +128,7 @@ def verdicts(project: Project, report: HostReport) -> list[dict[str, Any]]:
         if not isinstance(prof, Profile):
             # A check of the host must not stop at one broken file: the other profiles' verdicts are
             # what the user came for, and this row says what to run for the broken one.
-            first = next((d for d in prof.diagnostics if d.severity == "error"), None)
-            problem = f"{first.field}: {first.message}" if first else str(prof)
-            why = f"not valid: {problem}; run `envbuild validate {name}`"
+            why = f"not valid: {prof.first_problem()}; run `envbuild validate {name}`"
             out.append(
                 {
                     "profile": name,

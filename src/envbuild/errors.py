@@ -7,7 +7,7 @@ the numbers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,12 @@ class ProfileError(EnvbuildError):
             return super().__str__()
         text = "\n".join(d.render() for d in self.diagnostics if d.severity == "error")
         return f"{text}\n  fix: {self.hint}" if self.hint else text
+
+    def first_problem(self) -> str:
+        """The first error as `file:line: field: problem`, without its fix: a one-line summary for
+        a report that goes on past this profile (doctor, outdated)."""
+        first = next((d for d in self.diagnostics if d.severity == "error"), None)
+        return replace(first, fix="").render() if first else super().__str__()
 
 
 class ImageMissing(UsageError):

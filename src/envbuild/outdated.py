@@ -100,7 +100,5 @@ def report_all(project: Project, jobs: int = 4) -> tuple[list[Drift], list[str]]
         if isinstance(exc, Profile):
             continue
         invalid.append(name)
-        first = next((d for d in exc.diagnostics if d.severity == "error"), None)
-        why = f"{first.file}:{first.line}: {first.field}: {first.message}" if first else str(exc)
-        drifts.append(Drift(name, "-", "-", error=f"not valid: {why}", checked=False))
+        drifts.append(Drift(name, "-", "-", error=f"not valid: {exc.first_problem()}", checked=False))
     return sorted(drifts, key=lambda d: d.profile), invalid

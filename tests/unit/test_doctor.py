@@ -100,7 +100,7 @@ def test_one_invalid_profile_is_a_row_of_the_report_not_the_end_of_it(
     assert rows["cpu-py311"]["host_ok"] is True  # no engine here: the host verdict stands
     bad = rows["cu121-py312"]
     assert (bad["runs_here"], bad["accelerator"]) == (False, None)
-    assert bad["why"].startswith("not valid: numpy: torch 2.2.2 was compiled against NumPy 1.x")
+    assert bad["why"].startswith("not valid: profiles/cu121-py312.yaml:6: numpy: torch 2.2.2 was compiled against")
     assert bad["why"].endswith("run `envbuild validate cu121-py312`")
 
 
