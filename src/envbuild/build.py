@@ -250,6 +250,8 @@ def context_only(project: Project, prof: Profile, opts: BuildOptions, events: Ev
     """The build context alone, for docker buildx bake or another builder: no engine needed."""
     say = events or quiet
     plan = plan_mod.make(project, prof, opts.plan_options())
+    for text in plan.notes:
+        say("warning", "plan", text)
     platform = _target_platform(plan, opts.platform, None)
     with exclusive(project, prof.name, say):
         # no downloads for a context only: it places what the wheel cache and wheelhouses hold
@@ -264,6 +266,7 @@ def context_only(project: Project, prof: Profile, opts: BuildOptions, events: Ev
         "lockfile": str(ctx.lock.path),
         "platform": platform,
         "labels": ctx.labels,
+        "warnings": list(plan.notes),
     }
 
 
@@ -314,7 +317,7 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     disk_note = engine.disk_note(*engine.disk(info), prof.accelerator)
     warnings = [*plan.notes, *([disk_note] if disk_note else [])]
     for text in warnings:
-        say("warning", "disk", text)
+        say("warning", "disk" if text == disk_note else "plan", text)
     say("phase", "context", "assembling the build context")
     ctx = buildctx.prepare(project, plan, opts, platform, say)
     say("phase", "base", plan.base.image)
@@ -331,7 +334,8 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
         checked.result()
     timings["build"] = time.monotonic() - t0
     report = None
-    if opts.smoke and (report := smokerecord.passed_before(cli, built, work / "smoke.json", prof.accelerator)):
+    saved = project.smoke_report(prof.name)
+    if opts.smoke and (report := smokerecord.passed_before(cli, built, saved, prof.accelerator)):
         say("phase", "smoke", f"passed on this very image before, not run again (`envbuild smoke {prof.name}` runs it)")
         report = {**report, "reused": True}
     elif opts.smoke:
@@ -348,13 +352,13 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
             warnings.append(text)
             say("warning", "smoke", text)
         report = host.run_in_image(cli, built, gpus=gpus, timeout=opts.smoke_timeout, accelerator=prof.accelerator)
-        host.save_report(work / "smoke.json", report)
+        host.save_report(saved, report)
         timings["smoke"] = time.monotonic() - t1
         if not report["passed"]:
             raise SmokeFailed(
                 f"the smoke test failed in image {built[:19]} ({', '.join(report['failed'])}); no tag was moved\n"
                 + host.summary(report),
-                hint=f"the report is in {project.rel(work / 'smoke.json')}",
+                hint=f"the report is in {project.rel(saved)}",
             )
     final_id = mark_smoke_passed(cli, built, report)
     repo = repository(project, opts.repo)

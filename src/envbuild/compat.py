@@ -138,6 +138,14 @@ class CompatData(_Strict):
     def releases_with_rocm(self, rocm: str) -> list[str]:
         return [r.release for r in self.torch if rocm in r.rocm_builds]
 
+    def rocm_named(self, version: str) -> str:
+        """The ROCm build a name's token means. rocm714 reads as 7.1.4 or as 7.14 (test-infra's name
+        for a build of torch 2.14): the one this data has wins, else the name's own reading."""
+        major, _, rest = version.partition(".")
+        known = {build for row in self.torch for build in row.rocm_builds}
+        other = f"{major}.{rest.replace('.', '')}"
+        return other if version not in known and other in known else version
+
     def releases_for_python(self, python: str) -> list[str]:
         return [r.release for r in self.torch if r.python_ok(python)]
 

@@ -147,12 +147,8 @@ def templates_of(flavor: str, templates_dir: Path | None) -> dict[str, str]:
 
 def smoke_sources() -> dict[str, str]:
     """The in-image smoke package, {file name: text}: what every image carries under /opt/envbuild."""
-    pkg = resources.files("envbuild.smoke.inside")
-    return {
-        p.name: p.read_text("utf-8")
-        for p in sorted(pkg.iterdir(), key=lambda p: p.name)
-        if p.name.endswith(".py") and p.is_file()
-    }
+    files = sorted(resources.files("envbuild.smoke.inside").iterdir(), key=lambda p: p.name)
+    return {p.name: p.read_text("utf-8") for p in files if p.name.endswith(".py") and p.is_file()}
 
 
 # Profile fields that cannot change an image: where it goes, its text, where its artifacts come from
@@ -344,10 +340,14 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
             )
     requirements, family, pairs = requirements_of(profile)
     templates_dir = opts.templates_dir or project.templates_dir
+    base = base_of(profile, opts.base, cfg.base_for(profile.python))
+    # validate warns about a profile's own unpinned `base:`; the project-wide one moves every image
+    pin = f"envbuild.toml: base {base.image} is not pinned by digest; the tag can move or vanish (append @sha256:...)"
+    unpinned = base.origin == "envbuild.toml" and "@sha256:" not in base.image
     return Plan(
         profile=profile,
         platforms=tuple(opts.platforms) or tuple(profile.platforms),
-        base=base_of(profile, opts.base, cfg.base_for(profile.python)),
+        base=base,
         source=source,
         requirements=requirements,
         torch_family=family,
@@ -356,7 +356,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
         templates=templates_of(profile.flavor, templates_dir),
         torch_mirror=mirror,
         checks=_read_checks(project, profile),
-        notes=notes,
+        notes=(*notes, *([pin] if unpinned else [])),
         apt_snapshot=profile.apt_snapshot or cfg.apt_snapshot,
     )
 

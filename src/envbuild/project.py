@@ -93,6 +93,11 @@ class Project:
         """A profile's folder under the build folder: its build context, log, smoke report, result."""
         return self.build_dir / profile
 
+    def smoke_report(self, profile: str) -> Path:
+        """Where a profile's last whole smoke report is kept: `status`, a no-op rebuild and the user
+        read it there."""
+        return self.work_dir(profile) / "smoke.json"
+
     def rel(self, path: Path) -> str:
         """A path as the user should see it: relative to the project when inside it."""
         try:

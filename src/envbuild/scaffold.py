@@ -110,14 +110,8 @@ def _parts(name: str) -> profile.NameParts:
             f"{name!r} does not say what to build",
             hint="name it <accelerator>-py<XY>[-suffix]: cpu-py312, cu126-py312, rocm63-py312-dev",
         )
-    if parts.accelerator == "rocm" and parts.version and parts.version.count(".") == 2:
-        # rocm714 reads as 7.1.4 or as 7.14 (test-infra's name for a build of torch 2.14); validate
-        # takes either spelling, so the data decides which one the name means
-        major, rest = parts.version.split(".", 1)
-        other = f"{major}.{rest.replace('.', '')}"
-        known = {build for row in compat.load().torch for build in row.rocm_builds}
-        if parts.version not in known and other in known:
-            return replace(parts, version=other)
+    if parts.accelerator == "rocm" and parts.version:
+        return replace(parts, version=compat.load().rocm_named(parts.version))
     return parts
 
 

@@ -71,12 +71,14 @@ def _check_name(ld: Loaded, data: dict[str, Any], path: Path, bad: set[str]) -> 
         )
     elif accel in {"cuda", "rocm"}:
         version = _str(data, accel, bad)
+        # dotless, so rocm714 takes 7.14 as well as 7.1.4; the fix names the one the data has
         if version and parts.version and version.replace(".", "") != parts.version.replace(".", ""):
+            meant = compat.load().rocm_named(parts.version) if accel == "rocm" else parts.version
             ld.add(
                 "error",
                 accel,
                 f"{version!r} disagrees with the name {name!r} (token {parts.token!r})",
-                f'set {accel}: "{parts.version}" or rename the profile',
+                f'set {accel}: "{meant}" or rename the profile',
                 version,
             )
     py = _str(data, "python", bad)

@@ -38,6 +38,28 @@ def test_rocm_7_14_is_a_real_build_of_torch_2_14(write_profile: Callable[..., Pa
     assert "7.14" in compat.load().release("2.14.0").rocm_builds  # type: ignore[union-attr]
 
 
+def test_a_rocm714_profile_with_another_rocm_is_told_the_build_its_name_means(
+    write_profile: Callable[..., Path],
+) -> None:
+    # the name reads as 7.1.4 or 7.14; only 7.14 is a build (torch 2.14), so the fix must not send
+    # the user to a ROCm release no torch was built for
+    path = write_profile(
+        "rocm714-py312",
+        name="rocm714-py312",
+        accelerator="rocm",
+        cuda=None,
+        rocm="7.2",
+        python="3.12",
+        torch="2.14.0",
+        numpy="2.2.6",
+        torchvision=None,
+        torchaudio=None,
+    )
+    named = [e for e in _errors(path) if "disagrees with the name" in e]
+    assert len(named) == 1 and 'set rocm: "7.14" or rename the profile' in named[0], named
+    assert compat.load().rocm_named("6.2.4") == "6.2.4" and compat.load().rocm_named("9.9") == "9.9"
+
+
 def test_auto_companions_of_torch_2_0_are_releases_that_exist() -> None:
     # PyPI: torchvision 0.15.0 and torchaudio 2.0.0 were never published; pytorch.org's previous-versions
     # page pairs torch 2.0.0 with torchvision 0.15.1 / torchaudio 2.0.1, and 2.0.1 with 0.15.2 / 2.0.2.

@@ -173,9 +173,16 @@ def test_base_and_ca_bundle_come_from_envbuild_toml(cli: Callable[..., Result], 
     ctx = Path(json.loads(res.out)["context"])
     assert 'ARG BASE_IMAGE="registry.local/debian:bookworm"' in (ctx / "Dockerfile").read_text()
     assert (ctx / "certs" / "ca-bundle.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
+    # a tag every profile builds on can move under all of them: said as a profile's own `base:` is
+    assert "envbuild.toml: base registry.local/debian:bookworm is not pinned by digest" in res.err
     # the option still wins over envbuild.toml
     res = cli("build", "cpu-py311", "--context-only", "--json", "--base", "other.local/img:1")
     assert 'ARG BASE_IMAGE="other.local/img:1"' in (Path(json.loads(res.out)["context"]) / "Dockerfile").read_text()
+    assert "not pinned by digest" not in res.err
+    pinned = "registry.local/debian:bookworm@sha256:" + "0" * 64
+    (engineless_project / "envbuild.toml").write_text(f'[envbuild]\nca_bundle = "ca.pem"\nbase = "{pinned}"\n')
+    res = cli("build", "cpu-py311", "--context-only", "--json")
+    assert res.code == 0 and "not pinned by digest" not in res.err, res.err
 
 
 def test_a_bad_base_in_envbuild_toml_names_the_key(cli: Callable[..., Result], engineless_project: Path) -> None:

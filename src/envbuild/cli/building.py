@@ -139,7 +139,7 @@ def build(
         return
     con = output.out()
     if result.smoke and result.smoke.get("reused"):
-        saved = proj.rel(proj.work_dir(prof.name) / "smoke.json")
+        saved = proj.rel(proj.smoke_report(prof.name))
         con.print(output.styled("smoke ", ("passed", "green"), f" before on this very image, not run again ({saved})"))
     elif result.smoke:
         _print_smoke(result.smoke, con)

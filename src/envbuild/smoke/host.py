@@ -340,7 +340,7 @@ def smoke_image(
     )
     report["ref"] = ref
     if prof is not None and not only:
-        save_report(project.work_dir(prof.name) / "smoke.json", report)
+        save_report(project.smoke_report(prof.name), report)
     return report
 
 
