@@ -159,9 +159,11 @@ def same_source(a: str, b: str) -> bool:
 
 
 def _canonical_source(url: str) -> str:
-    text = url.strip().rstrip("/").removesuffix(".git")
-    if text.startswith("file://"):
-        return text
+    text = url.strip().rstrip("/").removesuffix("/.git").removesuffix(".git")
+    if text.startswith(("file://", "/")):
+        # a clone of a folder has the folder's path as its remote, and that folder, with no remote
+        # of its own, is labelled file://PATH: one repository
+        return "file://" + os.path.normpath(text.removeprefix("file://"))
     text = text.split("://", 1)[-1]  # https://, ssh://, git://
     text = text.rsplit("@", 1)[-1]  # user@ or user:token@
     if ":" in text.split("/", 1)[0] and not text.split("/", 1)[0].rsplit(":", 1)[-1].isdigit():

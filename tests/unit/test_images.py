@@ -202,6 +202,11 @@ def test_dry_run_without_prune_is_a_usage_error(cli: Callable[..., Result]) -> N
         ("https://gitlab.example:8443/acme/envs.git", "https://gitlab.example:8443/acme/envs", True),
         ("https://github.com/acme/envs", "https://github.com/acme/other", False),
         ("file:///home/a/proj", "file:///home/b/proj", False),
+        # `git clone /home/a/proj` (or its .git) beside a checkout without a remote, labelled by its folder
+        ("file:///home/a/proj", "/home/a/proj", True),
+        ("file:///home/a/proj", "/home/a/proj/.git", True),
+        ("/srv/git/envs.git", "file:///srv/git/envs", True),
+        ("/home/a/proj", "/home/a/other", False),
         ("", "", False),
     ],
 )
