@@ -451,6 +451,15 @@ def test_smoke_json_dash_puts_the_report_on_stdout_and_the_table_on_stderr(
     assert "all_reduce hung" in res.err and "smoke FAILED: ddp" in res.err
     assert not (project / "-").exists()
     assert "is not an image that passed before" not in res.err
+    # a bare --json, last or before another option, is stdout as everywhere else
+    for args in (("--json",), ("--json", "--timeout", "60")):
+        res = cli("smoke", "envbuild/x:cpu-py311", "--project", str(project), *args)
+        assert res.code == 1 and json.loads(res.out) == report, res.err
+    assert not (project / "--timeout").exists()
+    # before the image it takes the image for the file: said, not "name an image" alone
+    res = cli("smoke", "--json", "envbuild/x:cpu-py311", "--project", str(project))
+    assert res.code == 2 and "--json took envbuild/x:cpu-py311 for the report's file" in res.err
+    assert not (project / "envbuild").exists()  # nothing made for that file
     monkeypatch.setattr(host, "smoke_image", lambda *_, **__: {**report, "smoke_record": "altered"})
     res = cli("smoke", "envbuild/x:cpu-py311", "--project", str(project))
     assert "note: sha256:aaaaaaaaaaaa is not an image that passed before: its smoke-test record" in res.err

@@ -40,7 +40,7 @@ def run(argv: list[str] | None = None) -> int:
     command = _command()
     output.reset_json()
     try:
-        result = command.main(args=argv, prog_name="envbuild", standalone_mode=False)
+        result = command.main(args=_bare_json(argv), prog_name="envbuild", standalone_mode=False)
     except EnvbuildError as exc:
         return _report(exc)
     except OSError as exc:
@@ -63,6 +63,19 @@ def run(argv: list[str] | None = None) -> int:
             return usage_code
         return _internal(exc)
     return result if isinstance(result, int) else 0
+
+
+def _bare_json(argv: list[str] | None) -> list[str] | None:
+    """`smoke`'s --json takes a file, where every other command's is a flag for stdout; a bare one
+    (last, or before another option) means stdout there too. click cannot make a value optional."""
+    if not argv or argv[0] != "smoke":
+        return argv
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--json" and (i + 1 == len(argv) or (argv[i + 1].startswith("-") and argv[i + 1] != "-")):
+            return [*argv[: i + 1], "-", *argv[i + 1 :]]
+    return argv
 
 
 def _report(exc: EnvbuildError) -> int:

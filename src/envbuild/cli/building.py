@@ -175,7 +175,7 @@ def smoke(
     ] = "auto",
     json_file: Annotated[
         Path | None,
-        typer.Option("--json", help="Also write the JSON report here; - puts it on stdout (the table on stderr)."),
+        typer.Option("--json", help="Also write the JSON report to this file; alone (or -) puts it on stdout, the table on stderr."),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the whole run is stopped.")] = 600.0,
     shm_size: Annotated[
@@ -225,6 +225,11 @@ def smoke(
     )
     hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {target or 'NAME'}")
     check_python(python)
+    if target is None and json_file is not None and str(json_file) != "-":
+        # said before the report's folder is made: `smoke --json IMAGE` takes the image for the file
+        raise UsageError(
+            f"name a profile or an image; --json took {json_file} for the report's file (`--json -` is stdout)"
+        )
     # `--json -`: what `--json` is everywhere else (the report on stdout, for jq), as a file option
     to_stdout = json_file is not None and str(json_file) == "-"
     if to_stdout:
