@@ -559,7 +559,7 @@ def test_a_derived_image_s_added_distribution_fails_exact_with_the_pins_hint_and
     expect = {"profile": "cpu-py311", "packages": {"numpy": "2.1.3"}}
     with pytest.raises(CheckFailed) as failed:
         integrity.check_integrity(_ctx(expect, expect_path=str(folder / "expect.json")), Result("integrity"))
-    assert "requests: 1 file(s) added" in failed.value.reason
+    assert "1 distribution(s) not in the lockfile added: requests (1 file(s))" in failed.value.reason
     assert "--lock-match pins" in failed.value.remedy and "envbuild lock cpu-py311" in failed.value.remedy
     r = Result("integrity")
     pins = Context(expect=expect, gpus="none", timeout=60, lock_match="pins", expect_path=str(folder / "expect.json"))

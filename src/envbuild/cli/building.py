@@ -175,7 +175,10 @@ def smoke(
     ] = "auto",
     json_file: Annotated[
         Path | None,
-        typer.Option("--json", help="Also write the JSON report to this file; alone (or -) puts it on stdout, the table on stderr."),
+        typer.Option(
+            "--json",
+            help="Also write the JSON report to this file; alone (or -) puts it on stdout, the table on stderr.",
+        ),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the whole run is stopped.")] = 600.0,
     shm_size: Annotated[

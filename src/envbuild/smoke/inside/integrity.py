@@ -361,8 +361,16 @@ def check_integrity(ctx: Context, r: Result) -> None:
         extra = {d: f for d, f in added_by.items() if d not in locked and d != "(no distribution)"}
         r.facts["added_distributions"] = sorted(extra)
         added_by = {d: f for d, f in added_by.items() if d not in extra}
-    if added_by:
-        problems.append(_say("added", added_by))
+    # a distribution the lockfile does not have (a derived image's pip install) is named with its
+    # size; its file names would bury a file slipped into a locked one, listed in full below
+    whole = {d: f for d, f in added_by.items() if d not in locked and d != "(no distribution)"}
+    if whole:
+        problems.append(
+            f"{len(whole)} distribution(s) not in the lockfile added: "
+            + ", ".join(f"{d} ({len(f)} file(s))" for d, f in sorted(whole.items()))
+        )
+    if len(added_by) > len(whole):
+        problems.append(_say("added", {d: f for d, f in added_by.items() if d not in whole}))
     if problems:
         only_added = not (changed or removed or base) and all(
             d not in locked and d != "(no distribution)" for d in added_by
