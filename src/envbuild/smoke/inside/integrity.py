@@ -356,27 +356,25 @@ def check_integrity(ctx: Context, r: Result) -> None:
     if removed:
         problems.append(_say("removed", _by_owner(removed, owners)))
     added_by = _by_owner(added, owners)
+    # whole distributions the lockfile does not have: a derived image's pip install
+    foreign = {d: f for d, f in added_by.items() if d not in locked and d != "(no distribution)"}
+    slipped = {d: f for d, f in added_by.items() if d not in foreign}  # into a locked one, or no one's
     if ctx.lock_match == "pins":
         # a derived image's own packages: listed, not failed; files slipped into a locked one still fail
-        extra = {d: f for d, f in added_by.items() if d not in locked and d != "(no distribution)"}
-        r.facts["added_distributions"] = sorted(extra)
-        added_by = {d: f for d, f in added_by.items() if d not in extra}
-    # a distribution the lockfile does not have (a derived image's pip install) is named with its
-    # size; its file names would bury a file slipped into a locked one, listed in full below
-    whole = {d: f for d, f in added_by.items() if d not in locked and d != "(no distribution)"}
-    if whole:
+        r.facts["added_distributions"] = sorted(foreign)
+        foreign = {}
+    if foreign:
+        # named with their size: their file names would bury a slipped file, listed in full below
         problems.append(
-            f"{len(whole)} distribution(s) not in the lockfile added: "
-            + ", ".join(f"{d} ({len(f)} file(s))" for d, f in sorted(whole.items()))
+            f"{len(foreign)} distribution(s) not in the lockfile added: "
+            + ", ".join(f"{d} ({len(f)} file(s))" for d, f in sorted(foreign.items()))
         )
-    if len(added_by) > len(whole):
-        problems.append(_say("added", {d: f for d, f in added_by.items() if d not in whole}))
+    if slipped:
+        problems.append(_say("added", slipped))
     if problems:
-        only_added = not (changed or removed or base) and all(
-            d not in locked and d != "(no distribution)" for d in added_by
-        )
+        only_added = not (changed or removed or base or slipped)
         remedy = ctx.environment_remedy(only_added=only_added)
-        if base and ctx.lock_match == "exact" and not (changed or removed or added_by):
+        if base and ctx.lock_match == "exact" and not (changed or removed or foreign or slipped):
             remedy = (
                 "the OS Python changed: after an apt upgrade in an image built FROM this one, check it with "
                 "--lock-match pins, which lists that; otherwise " + remedy
