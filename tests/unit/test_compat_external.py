@@ -19,22 +19,25 @@ def _warnings(path: Path) -> list[str]:
     return [d.render() for d in validate.check(path).warnings]
 
 
-def test_rocm_7_14_is_a_real_build_of_torch_2_14(write_profile: Callable[..., Path]) -> None:
-    # pytorch/test-infra release/2.14: ROCM_ARCHES_DICT ["7.2", "7.14"] ("Move ROCm 7.1,7.2->7.2,7.14",
-    # #8451 and #8498 name rocm7.14 wheels); RELEASE.md's 2.14 row lists it too.
-    path = write_profile(
+def _rocm714(write_profile: Callable[..., Path], rocm: str) -> Path:
+    return write_profile(
         "rocm714-py312",
         name="rocm714-py312",
         accelerator="rocm",
         cuda=None,
-        rocm="7.14",
+        rocm=rocm,
         python="3.12",
         torch="2.14.0",
         numpy="2.2.6",
         torchvision=None,
         torchaudio=None,
     )
-    assert _errors(path) == []
+
+
+def test_rocm_7_14_is_a_real_build_of_torch_2_14(write_profile: Callable[..., Path]) -> None:
+    # pytorch/test-infra release/2.14: ROCM_ARCHES_DICT ["7.2", "7.14"] ("Move ROCm 7.1,7.2->7.2,7.14",
+    # #8451 and #8498 name rocm7.14 wheels); RELEASE.md's 2.14 row lists it too.
+    assert _errors(_rocm714(write_profile, "7.14")) == []
     assert "7.14" in compat.load().release("2.14.0").rocm_builds  # type: ignore[union-attr]
 
 
@@ -43,19 +46,7 @@ def test_a_rocm714_profile_with_another_rocm_is_told_the_build_its_name_means(
 ) -> None:
     # the name reads as 7.1.4 or 7.14; only 7.14 is a build (torch 2.14), so the fix must not send
     # the user to a ROCm release no torch was built for
-    path = write_profile(
-        "rocm714-py312",
-        name="rocm714-py312",
-        accelerator="rocm",
-        cuda=None,
-        rocm="7.2",
-        python="3.12",
-        torch="2.14.0",
-        numpy="2.2.6",
-        torchvision=None,
-        torchaudio=None,
-    )
-    named = [e for e in _errors(path) if "disagrees with the name" in e]
+    named = [e for e in _errors(_rocm714(write_profile, "7.2")) if "disagrees with the name" in e]
     assert len(named) == 1 and 'set rocm: "7.14" or rename the profile' in named[0], named
     assert compat.load().rocm_named("6.2.4") == "6.2.4" and compat.load().rocm_named("9.9") == "9.9"
 
