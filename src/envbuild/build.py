@@ -315,9 +315,11 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     platform = _target_platform(plan, opts.platform, str(info.get("Architecture") or "") or None)
     # Said before anything is downloaded: a full disk otherwise shows only minutes later, mid-layer.
     disk_note = engine.disk_note(*engine.disk(info), prof.accelerator)
+    for text in plan.notes:
+        say("warning", "plan", text)
     warnings = [*plan.notes, *([disk_note] if disk_note else [])]
-    for text in warnings:
-        say("warning", "disk" if text == disk_note else "plan", text)
+    if disk_note:
+        say("warning", "disk", disk_note)
     say("phase", "context", "assembling the build context")
     ctx = buildctx.prepare(project, plan, opts, platform, say)
     say("phase", "base", plan.base.image)

@@ -341,9 +341,9 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
     requirements, family, pairs = requirements_of(profile)
     templates_dir = opts.templates_dir or project.templates_dir
     base = base_of(profile, opts.base, cfg.base_for(profile.python))
-    # validate warns about a profile's own unpinned `base:`; the project-wide one moves every image
-    pin = f"envbuild.toml: base {base.image} is not pinned by digest; the tag can move or vanish (append @sha256:...)"
-    unpinned = base.origin == "envbuild.toml" and "@sha256:" not in base.image
+    if base.origin == "envbuild.toml" and "@sha256:" not in base.image:
+        # validate warns about a profile's own unpinned `base:`; the project-wide one moves every image
+        notes += (f"envbuild.toml: base {base.image} is not pinned by digest; append @sha256:... (tags move)",)
     return Plan(
         profile=profile,
         platforms=tuple(opts.platforms) or tuple(profile.platforms),
@@ -356,7 +356,7 @@ def make(project: Project, profile: Profile, options: PlanOptions | None = None,
         templates=templates_of(profile.flavor, templates_dir),
         torch_mirror=mirror,
         checks=_read_checks(project, profile),
-        notes=(*notes, *([pin] if unpinned else [])),
+        notes=notes,
         apt_snapshot=profile.apt_snapshot or cfg.apt_snapshot,
     )
 
