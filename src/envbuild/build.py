@@ -26,7 +26,7 @@ from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
 from envbuild.errors import EngineNoAnswer, SmokeFailed, UsageError
 from envbuild.fsutil import atomic_write_many
-from envbuild.localimage import repository, taken_from
+from envbuild.localimage import own_repository_fix, repository, taken_from
 from envbuild.names import (
     LABEL_CONTENT_DIGEST,
     LABEL_SMOKE_GPU,
@@ -372,7 +372,7 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
     if other:
         text = (
             f"{moving} named an image of another project ({other}), and now names this build: that project's "
-            f"run and push refuse it until it builds again; give each project its own `repository` in envbuild.toml"
+            f"run and push refuse it until it builds again; {own_repository_fix(project)}"
         )
         warnings.append(text)
         say("warning", "tag", text)

@@ -8,7 +8,7 @@ from envbuild import engine
 from envbuild.errors import ImageMissing, UsageError
 from envbuild.names import LABEL_PROFILE, LABEL_SOURCE, UNTESTED, moving_tag
 from envbuild.profile import Profile
-from envbuild.project import Project, same_source, source_label
+from envbuild.project import Project, repository_part, same_source, source_label
 
 
 def repository(project: Project, repo: str | None) -> str:
@@ -51,9 +51,25 @@ def check_belongs(project: Project, prof: Profile, ref: str, labels: dict[str, s
     if source:
         raise UsageError(
             f"{ref} was built by another project ({source}), not this one ({source_label(project)})",
-            hint=f"build it here (envbuild build {prof.name}); projects that share an engine need their own "
-            "`repository` in envbuild.toml (the default, envbuild/<project>, is)",
+            hint=f"build it here (envbuild build {prof.name}); {own_repository_fix(project)}",
         )
+
+
+def own_repository_fix(project: Project) -> str:
+    """How to give this project a repository no other project on the engine uses: the default is
+    envbuild/<name>, so two folders (or remotes) of one name meet there; a concrete value to set."""
+    if project.config.repository:
+        return (
+            f"envbuild.toml's repository ({project.config.repository}) is another project's too: "
+            "give this project one of its own"
+        )
+    # the parent folder's name tells two folders of one name apart (/srv/a/app, /srv/b/app)
+    parent = repository_part(project.root.parent.name) or "2"
+    suggested = f"envbuild/{repository_part(f'{parent}-{project.name}')}"
+    return (
+        f"projects named {project.name} share envbuild/{project.name} by default: give this one its own, "
+        f'repository = "{suggested}" under [envbuild] in its envbuild.toml'
+    )
 
 
 def taken_from(cli: Any, project: Project, ref: str) -> str:

@@ -87,7 +87,7 @@ class Project:
         """The project's name for image repositories: the git remote's last path part, else the folder."""
         remote = (run_ok(["git", "config", "--get", "remote.origin.url"], cwd=self.root, timeout=10) or "").strip()
         raw = remote.rstrip("/").removesuffix(".git").replace(":", "/").rsplit("/", 1)[-1] if remote else ""
-        return _repository_part(raw) or _repository_part(self.root.name) or "project"
+        return repository_part(raw) or repository_part(self.root.name) or "project"
 
     def work_dir(self, profile: str) -> Path:
         """A profile's folder under the build folder: its build context, log, smoke report, result."""
@@ -171,7 +171,7 @@ def _canonical_source(url: str) -> str:
     return text.lower()
 
 
-def _repository_part(text: str) -> str:
+def repository_part(text: str) -> str:
     """`text` as one path component of an image repository: lower case, [a-z0-9] runs joined by '-'."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64]
 

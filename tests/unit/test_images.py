@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from envbuild import images, profile, project, smokerecord
-from envbuild.errors import ProfileError
+from envbuild import images, localimage, profile, project, smokerecord
+from envbuild.errors import ProfileError, UsageError
+from envbuild.names import LABEL_PROFILE, LABEL_SOURCE
 from tests.conftest import VALID, Result
 
 PROF = profile.Profile.model_validate({**VALID})
@@ -213,6 +214,28 @@ def test_dry_run_without_prune_is_a_usage_error(cli: Callable[..., Result]) -> N
 def test_one_repository_cloned_over_https_or_ssh_is_one_project(a: str, b: str, same: bool) -> None:
     # CI builds from an https clone, a developer pulls into an ssh clone: `images` and `status` must agree.
     assert project.same_source(a, b) is same
+
+
+def test_two_folders_of_one_name_are_told_a_repository_that_keeps_them_apart(tmp_path: Path) -> None:
+    # /srv/a/app and /srv/b/app both default to envbuild/app: the refusal names a value to set, and
+    # that value is this project's own from then on
+    folders = (tmp_path / "a" / "app", tmp_path / "b" / "app")
+    for folder in folders:
+        folder.mkdir(parents=True)
+    first, second = (project.open_project(str(folder)) for folder in folders)
+    assert first.repository == second.repository == "envbuild/app"
+    labels = {LABEL_PROFILE: PROF.name, LABEL_SOURCE: project.source_label(first)}
+    localimage.check_belongs(first, PROF, "envbuild/app:cu121-py311", labels)  # its own image
+    with pytest.raises(UsageError) as err:
+        localimage.check_belongs(second, PROF, "envbuild/app:cu121-py311", labels)
+    assert 'repository = "envbuild/b-app" under [envbuild]' in (err.value.hint or "")
+    (second.root / "envbuild.toml").write_text('[envbuild]\nrepository = "envbuild/b-app"\n')
+    fixed = project.open_project(str(second.root))
+    assert fixed.repository == "envbuild/b-app" != first.repository
+    # a repository set by hand that another project uses too: the fix names the setting, not a default
+    with pytest.raises(UsageError) as err:
+        localimage.check_belongs(fixed, PROF, "envbuild/b-app:cu121-py311", labels)
+    assert "envbuild.toml's repository (envbuild/b-app) is another project's too" in (err.value.hint or "")
 
 
 def test_an_image_pulled_by_digest_is_judged_by_its_labels_not_as_a_leftover() -> None:
