@@ -177,6 +177,16 @@ class CompatData(_Strict):
     def numpy2_allowed(self, torch: str) -> bool:
         return _v(torch) >= _v(self.numpy.numpy2_min_torch)
 
+    def numpy_series(self, python: str, torch: str) -> list[str]:
+        """The numpy series ("2.4") with wheels for this Python that this torch allows, oldest first."""
+        fits = [
+            r.numpy
+            for r in self.numpy.python_ranges
+            if _v(r.python[0]) <= _v(python) <= _v(r.python[1])
+            and (_v(r.numpy).major < 2 or self.numpy2_allowed(torch))
+        ]
+        return sorted(fits, key=_v)
+
     def newest(self) -> TorchRelease:
         return max(self.torch, key=lambda r: _v(r.release))
 

@@ -88,19 +88,13 @@ def pick_torch(parts: profile.NameParts) -> tuple[compat.TorchRelease, compat.To
 
 def pick_numpy(parts: profile.NameParts, torch: str) -> str:
     """The newest numpy series with wheels for this Python that this torch allows."""
-    db = compat.load()
-    allowed = [
-        r.numpy
-        for r in db.numpy.python_ranges
-        if Version(r.python[0]) <= Version(parts.python) <= Version(r.python[1])
-        and (Version(r.numpy).major < 2 or db.numpy2_allowed(torch))
-    ]
-    if not allowed:
+    fits = compat.load().numpy_series(parts.python, torch)
+    if not fits:
         raise UsageError(
             f"envbuild's data has no numpy release for Python {parts.python} that torch {torch} allows",
             hint="pass --numpy X.Y.Z",
         )
-    return max(allowed, key=Version)
+    return fits[-1]
 
 
 def _parts(name: str) -> profile.NameParts:

@@ -229,7 +229,12 @@ def _rule_numpy(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row
         lo, hi = rng.python
         if not _ver(lo) <= _ver(py) <= _ver(hi):
             msg = f"numpy {nv.major}.{nv.minor} supports Python {lo}-{hi}, not {py}"
-            ld.add("error", "numpy", msg, "pick a numpy release with wheels for this Python", numpy)
+            fits = db.numpy_series(py, torch)
+            fix = "pick a numpy release with wheels for this Python"
+            if fits:
+                which = f"numpy {fits[0]}-{fits[-1]} fit" if len(fits) > 1 else f"numpy {fits[0]} alone fits"
+                fix = f"use a numpy {fits[-1]}.x release ({which} Python {py} and torch {torch})"
+            ld.add("error", "numpy", msg, fix, numpy)
 
 
 def _rule_companions(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease) -> None:

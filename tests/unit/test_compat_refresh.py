@@ -166,7 +166,11 @@ def test_a_new_numpy_minor_gets_its_row_and_validate_then_refuses_an_older_pytho
 
     loaded = validate.check(tmp_path / "profiles" / "cpu-py311-np25.yaml")
     assert [(d.field, d.message, d.fix) for d in loaded.diagnostics if d.severity == "error"] == [
-        ("numpy", "numpy 2.5 supports Python 3.12-3.15, not 3.11", "pick a numpy release with wheels for this Python")
+        (
+            "numpy",
+            "numpy 2.5 supports Python 3.12-3.15, not 3.11",
+            "use a numpy 2.4.x release (numpy 1.24-2.4 fit Python 3.11 and torch 2.13.0)",
+        )
     ]
 
 

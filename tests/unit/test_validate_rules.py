@@ -105,7 +105,30 @@ def test_numpy_without_wheels_for_python(write_profile: Callable[..., Path]) -> 
         torchvision="0.22.1",
         numpy="1.26.4",
     )
-    assert "numpy: numpy 1.26 supports Python 3.9-3.12, not 3.13" in only_error(path)
+    msg = only_error(path)
+    assert "numpy: numpy 1.26 supports Python 3.9-3.12, not 3.13" in msg
+    # the fix names the series to take, and taking it validates
+    assert "use a numpy 2.5.x release (numpy 2.1-2.5 fit Python 3.13 and torch 2.7.1)" in msg
+    fixed = write_profile(
+        "cu126-py313",
+        name="cu126-py313",
+        cuda="12.6",
+        python="3.13",
+        torch="2.7.1",
+        torchvision="0.22.1",
+        numpy="2.5.0",
+    )
+    assert errors_of(fixed) == []
+
+
+def test_numpy_for_python_under_a_torch_that_needs_numpy_1(write_profile: Callable[..., Path]) -> None:
+    # torch 2.2 allows only numpy 1.x: on Python 3.12 that leaves 1.26, not the newest numpy
+    path = write_profile(
+        "cu121-py312", name="cu121-py312", python="3.12", torch="2.2.2", torchvision="0.17.2", numpy="1.24.4"
+    )
+    msg = only_error(path)
+    assert "numpy 1.24 supports Python 3.8-3.11, not 3.12" in msg
+    assert "use a numpy 1.26.x release (numpy 1.26 alone fits Python 3.12 and torch 2.2.2)" in msg
 
 
 def test_torchvision_mismatch(write_profile: Callable[..., Path]) -> None:
