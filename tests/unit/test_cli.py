@@ -382,6 +382,11 @@ def test_brackets_in_data_are_printed_as_they_are(cli: Cli, project: Path, write
     res = cli("show", "cu121-py311", "--project", str(project))
     assert res.code == 0, res.err
     assert "description: CPU [gpu] [/x] build" in res.out
+    # unset fields are left out of the text (not "rocm: null", "apt: []"); --json keeps them
+    assert "null" not in res.out and "[]" not in res.out and "{}" not in res.out
+    assert "cuda: '12.1'" in res.out and "digest: " in res.out
+    data = json.loads(cli("show", "cu121-py311", "--json", "--project", str(project)).out)
+    assert data["rocm"] is None and data["apt"] == []
     write_profile(numpy="[/x]")
     res = cli("validate", "cu121-py311", "--project", str(project))
     assert res.code == 2 and "Traceback" not in res.err

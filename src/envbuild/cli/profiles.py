@@ -76,7 +76,9 @@ def show(name: str, project: ProjectOpt = None, as_json: JsonOpt = False) -> Non
         return
     import yaml
 
-    output.out().print(yaml.safe_dump(data, sort_keys=False).rstrip())
+    # What the profile sets and what it inherits, not a page of unset fields (`--json` has them all)
+    shown = {k: v for k, v in data.items() if v is not None and v not in ([], {})}
+    output.out().print(yaml.safe_dump(shown, sort_keys=False).rstrip())
 
 
 @app.command()
