@@ -183,6 +183,7 @@ def create(
             + (", then compiled to bytecode" if compile_bytecode else ""),
         )
         _uv(args)
+        pip = _add_pip(staging)
         held = _hold(plan, snap, staging, target.resolve())
         if target.exists():
             shutil.rmtree(target)
@@ -197,7 +198,34 @@ def create(
         "packages": len(pins),
         "lockfile": str(lock_file),
         "constraints": str(held or ""),
+        "pip": pip,
     }
+
+
+# What uv writes at the top of a relocatable venv's scripts: sh finds the python beside the script.
+_RELOCATABLE_HEAD = b"#!/bin/sh\n'''exec' \"$(dirname -- \"$(realpath -- \"$0\")\")\"/'python' \"$0\" \"$@\"\n' '''\n"
+
+
+def _add_pip(venv: Path) -> str | None:
+    """pip in the venv, from the interpreter's own ensurepip: offline, the version that Python ships,
+    as `python -m venv` and the image's venv get it (uv's venv has none, and `uv pip sync` installs
+    only the lockfile). Without it `pip install` in the activated venv ran whatever pip came next
+    on PATH, which installs somewhere else, past the pins the venv's pip.conf holds. Its scripts
+    are made to find the python beside them, as uv's are: the venv is renamed into place after.
+    pip's version, or None where the interpreter has no working ensurepip (Debian's system Python
+    without python3-venv); the venv is whole without it."""
+    python = venv / "bin" / "python"
+    # ensurepip itself ignores PIP_* settings and pip's config files
+    done = proc.run([str(python), "-m", "ensurepip", "--default-pip"], error=VenvError, timeout=300, what="ensurepip")
+    if done.returncode != 0:
+        return None
+    here = (venv / "bin").absolute()
+    for script in here.glob("pip*"):
+        first, _, rest = script.read_bytes().partition(b"\n")
+        if first.startswith(b"#!") and Path(first[2:].decode(errors="replace").strip()).parent == here:
+            script.write_bytes(_RELOCATABLE_HEAD + rest)
+    found = proc.run([str(python), "-m", "pip", "--version"], error=VenvError, timeout=60, what="pip")
+    return found.stdout.split()[1] if found.returncode == 0 and found.stdout.startswith("pip ") else None
 
 
 def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, final: Path) -> Path | None:

@@ -61,12 +61,18 @@ def test_pip_in_a_venv_keeps_the_locked_torch_and_numpy_as_in_the_image(tmp_path
     assert f"uv pip install -c {held}" in res.stderr  # uv reads no pip.conf: the user is told
     pins = [line for line in held.read_text().splitlines() if line and not line.startswith("#")]
     assert "torch==2.13.0+cpu" in pins and "numpy==2.1.3" in pins
-    python = str(target / "bin" / "python")
-    subprocess.run([python, "-m", "ensurepip"], check=True, capture_output=True)
+    # the venv has its own pip (uv's venv had none: `pip install` ran the next pip on PATH, which
+    # installs elsewhere), and it still runs once the venv is moved, as uv's own scripts do
+    moved = tmp_path / "moved"
+    target.rename(moved)
+    pip = moved / "bin" / "pip"
+    version = subprocess.run([str(pip), "--version"], check=True, capture_output=True, text=True).stdout
+    assert version.startswith("pip ") and f"from {moved}/lib/python3.11/site-packages/pip" in version
+    moved.rename(target)
     env = {**os.environ, "PIP_CERT": CA, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PIP_CONSTRAINT", None)
     tried = subprocess.run(
-        [python, "-m", "pip", "install", "--dry-run", "numpy==2.2.0"],
+        [str(target / "bin" / "pip"), "install", "--dry-run", "numpy==2.2.0"],
         check=False,
         capture_output=True,
         text=True,

@@ -264,7 +264,14 @@ def venv(
             f"created {result['path']}: Python {result['python']}, {result['packages']} packages "
             f"from {proj.rel(Path(str(result['lockfile'])))}"
         )
-        if result["constraints"]:
+        if not result["pip"]:
+            output.err().print(
+                "note: the venv has no pip (this Python's ensurepip is missing or disabled, as in Debian's "
+                f"without python3-venv): install with uv pip install -p {result['path']}"
+                + (f" -c {result['constraints']}" if result["constraints"] else "")
+                + " ..."
+            )
+        elif result["constraints"]:
             output.err().print(
                 "note: later installs keep the locked torch build and numpy: pip in the venv reads them "
                 f"from its pip.conf; with uv, pass them: uv pip install -c {result['constraints']} ..."
