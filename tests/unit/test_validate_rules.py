@@ -96,29 +96,12 @@ def test_numpy2_with_old_torch(write_profile: Callable[..., Path]) -> None:
 
 
 def test_numpy_without_wheels_for_python(write_profile: Callable[..., Path]) -> None:
-    path = write_profile(
-        "cu126-py313",
-        name="cu126-py313",
-        cuda="12.6",
-        python="3.13",
-        torch="2.7.1",
-        torchvision="0.22.1",
-        numpy="1.26.4",
-    )
-    msg = only_error(path)
+    fields = {"name": "cu126-py313", "cuda": "12.6", "python": "3.13", "torch": "2.7.1", "torchvision": "0.22.1"}
+    msg = only_error(write_profile("cu126-py313", **fields, numpy="1.26.4"))
     assert "numpy: numpy 1.26 supports Python 3.9-3.12, not 3.13" in msg
     # the fix names the series to take, and taking it validates
     assert "use a numpy 2.5.x release (numpy 2.1-2.5 fit Python 3.13 and torch 2.7.1)" in msg
-    fixed = write_profile(
-        "cu126-py313",
-        name="cu126-py313",
-        cuda="12.6",
-        python="3.13",
-        torch="2.7.1",
-        torchvision="0.22.1",
-        numpy="2.5.0",
-    )
-    assert errors_of(fixed) == []
+    assert errors_of(write_profile("cu126-py313", **fields, numpy="2.5.0")) == []
 
 
 def test_numpy_for_python_under_a_torch_that_needs_numpy_1(write_profile: Callable[..., Path]) -> None:
