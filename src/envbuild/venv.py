@@ -224,8 +224,8 @@ def _add_pip(venv: Path) -> str | None:
         first, _, rest = script.read_bytes().partition(b"\n")
         if first.startswith(b"#!") and Path(first[2:].decode(errors="replace").strip()).parent == here:
             script.write_bytes(_RELOCATABLE_HEAD + rest)
-    found = proc.run([str(python), "-m", "pip", "--version"], error=VenvError, timeout=60, what="pip")
-    return found.stdout.split()[1] if found.returncode == 0 and found.stdout.startswith("pip ") else None
+    installed = sorted(venv.glob("lib/python*/site-packages/pip-*.dist-info"))
+    return installed[0].name.removeprefix("pip-").removesuffix(".dist-info") if installed else None
 
 
 def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, final: Path) -> Path | None:
