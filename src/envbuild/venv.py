@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from envbuild import buildreqs, freshness, layering, proc, uvtool, wheelcache
@@ -14,16 +16,23 @@ from envbuild.errors import UsageError, VenvError
 from envbuild.names import Events, lock_names, quiet
 from envbuild.profile import Profile
 from envbuild.project import Project
+from envbuild.torchsource import TorchSource
 
 # The lockfile fixes what is installed, not where from: a mirror or a wheelhouse can stand in.
 _SOURCE_ROUTE = (
     "pass --index-url / --torch-index (a mirror) or --find-links DIR (the locked wheels) "
     "so that the hash-checked files come from a source this machine reaches"
 )
+# `bootstrap`: the wheels the interpreter's ensurepip would install (pip; setuptools too before 3.12),
+# from its own _bundled folder or, where Debian moved them, /usr/share/python-wheels.
 _PROBE = (
-    "import json, platform, sys; "
+    "import glob, importlib.util, json, os, platform, sys; "
+    "s = importlib.util.find_spec('ensurepip'); "
+    "b = sorted(glob.glob(os.path.join(os.path.dirname(s.origin), '_bundled', '*.whl'))) if s and s.origin else []; "
+    "d = ['pip'] + (['setuptools'] if sys.version_info < (3, 12) else []); "
+    "b = b or [w for n in d for w in sorted(glob.glob('/usr/share/python-wheels/%s-*.whl' % n))[-1:]]; "
     "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'machine': platform.machine(), "
-    "'libc': platform.libc_ver(), 'executable': sys.executable}))"
+    "'libc': platform.libc_ver(), 'executable': sys.executable, 'bootstrap': b}))"
 )
 
 
@@ -150,27 +159,10 @@ def create(
                 config = staging.with_name(f".{target.name}.envbuild-{buildreqs.CONFIG_FILE}")
                 config.write_text(buildreqs.config(buildreqs.for_build(prof, versions)), "utf-8")
                 args += ["--config-file", str(config)]
-        # the wheels a build already fetched (envbuild's wheel cache) are not fetched again; with
-        # all of them there, no index is asked (an offline laptop, a mirror that is down)
-        cached = wheelcache.for_lock(snap.pylock_text, pins, fetch=False, user=project.lockfiles_dir)
-        offline = wheelcache.complete(pins, cached)
-        if offline:
-            args.append("--no-index")
-        else:
-            args += ["--index-url", src.index_url]
-            if src.extra_index:
-                args += ["--extra-index-url", src.extra_index, "--index-strategy", src.index_strategy]
-            for link in src.find_links:
-                args += ["--find-links", link]
-        if cached:
-            local = staging.with_name(f".{target.name}.envbuild-wheels")
-            shutil.rmtree(local, ignore_errors=True)
-            local.mkdir()
-            for wheel in cached:
-                _link(wheel, local / wheel.name)
-            args += ["--find-links", str(local)]
-            every = ": every one, so no package index is asked" if offline else ""
-            say("phase", "wheels", f"{len(cached)} of {len(pins)} wheel(s) from the wheel cache{every}")
+        args += _sources(project, snap, src, staging.with_name(f".{target.name}.envbuild-wheels"), say)
+        bootstrap = _bootstrap(facts, pins, staging.with_name(f".{target.name}.envbuild-bootstrap.txt"))
+        if bootstrap is not None:
+            args.insert(3, str(bootstrap))  # a second requirements file beside the lockfile
         if compile_bytecode:
             # pip compiles on install and uv does not: without it every process that imports torch
             # compiles its ~2,000 modules in memory again (3-4 s each here; PYTHONDONTWRITEBYTECODE,
@@ -183,7 +175,7 @@ def create(
             + (", then compiled to bytecode" if compile_bytecode else ""),
         )
         _uv(args)
-        pip = _add_pip(staging)
+        pip = _pip_version(staging) if bootstrap is not None else _add_pip(staging)
         held = _hold(plan, snap, staging, target.resolve())
         if target.exists():
             shutil.rmtree(target)
@@ -192,6 +184,7 @@ def create(
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(staging.with_name(f".{target.name}.envbuild-wheels"), ignore_errors=True)
         staging.with_name(f".{target.name}.envbuild-{buildreqs.CONFIG_FILE}").unlink(missing_ok=True)
+        staging.with_name(f".{target.name}.envbuild-bootstrap.txt").unlink(missing_ok=True)
     return {
         "path": str(target),
         "python": facts["version"],
@@ -202,8 +195,59 @@ def create(
     }
 
 
+def _sources(project: Project, snap: freshness.LockSnapshot, src: TorchSource, local: Path, say: Events) -> list[str]:
+    """Where `uv pip sync` takes the locked files from. The wheels a build already fetched
+    (envbuild's wheel cache, linked into `local`) are not fetched again; with all of them there, no
+    index is asked (an offline laptop, a mirror that is down)."""
+    cached = wheelcache.for_lock(snap.pylock_text, snap.pins, fetch=False, user=project.lockfiles_dir)
+    offline = wheelcache.complete(snap.pins, cached)
+    args = []
+    if offline:
+        args.append("--no-index")
+    else:
+        args += ["--index-url", src.index_url]
+        if src.extra_index:
+            args += ["--extra-index-url", src.extra_index, "--index-strategy", src.index_strategy]
+        for link in src.find_links:
+            args += ["--find-links", link]
+    if cached:
+        shutil.rmtree(local, ignore_errors=True)
+        local.mkdir()
+        for wheel in cached:
+            _link(wheel, local / wheel.name)
+        args += ["--find-links", str(local)]
+        every = ": every one, so no package index is asked" if offline else ""
+        say("phase", "wheels", f"{len(cached)} of {len(snap.pins)} wheel(s) from the wheel cache{every}")
+    return args
+
+
 # What uv writes at the top of a relocatable venv's scripts: sh finds the python beside the script.
 _RELOCATABLE_HEAD = b"#!/bin/sh\n'''exec' \"$(dirname -- \"$(realpath -- \"$0\")\")\"/'python' \"$0\" \"$@\"\n' '''\n"
+
+
+def _bootstrap(facts: dict[str, object], pins: Mapping[str, object], into: Path) -> Path | None:
+    """A requirements file of the wheels `python -m venv` would put in the venv (the interpreter's
+    bundled pip, and setuptools before Python 3.12), each by its hash, that the lockfile does not
+    pin itself; installed by the same `uv pip sync` as the lockfile, as uv installs everything (its
+    scripts relocatable, compiled with the rest): ensurepip, run after, cost 3.6 s of the venv's
+    5 s. None where the interpreter has no such wheel: `_add_pip` then asks its ensurepip."""
+    wheels = facts.get("bootstrap")
+    found = [Path(str(w)) for w in wheels] if isinstance(wheels, list) else []
+    if not any(w.name.startswith("pip-") for w in found):
+        return None
+    lines = []
+    for wheel in found:
+        name = wheel.name.split("-", 1)[0]
+        if name not in pins:
+            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            lines.append(f"{name} @ {wheel.absolute().as_uri()} --hash=sha256:{digest}\n")
+    into.write_text("".join(lines), "utf-8")
+    return into
+
+
+def _pip_version(venv: Path) -> str | None:
+    installed = sorted(venv.glob("lib/python*/site-packages/pip-*.dist-info"))
+    return installed[0].name.removeprefix("pip-").removesuffix(".dist-info") if installed else None
 
 
 def _add_pip(venv: Path) -> str | None:
@@ -224,8 +268,7 @@ def _add_pip(venv: Path) -> str | None:
         first, _, rest = script.read_bytes().partition(b"\n")
         if first.startswith(b"#!") and Path(first[2:].decode(errors="replace").strip()).parent == here:
             script.write_bytes(_RELOCATABLE_HEAD + rest)
-    installed = sorted(venv.glob("lib/python*/site-packages/pip-*.dist-info"))
-    return installed[0].name.removeprefix("pip-").removesuffix(".dist-info") if installed else None
+    return _pip_version(venv)
 
 
 def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, final: Path) -> Path | None:

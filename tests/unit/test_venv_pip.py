@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from envbuild import venv
+from envbuild import uvtool, venv
 
 
 def test_the_venv_gets_a_pip_that_runs_after_it_is_renamed_into_place(tmp_path: Path) -> None:
@@ -33,3 +33,41 @@ def test_an_interpreter_without_ensurepip_leaves_the_venv_whole_without_pip(tmp_
     python.chmod(0o755)
     assert venv._add_pip(staging) is None
     assert sorted(p.name for p in (staging / "bin").iterdir()) == ["python"]
+
+
+def test_the_bundled_pip_comes_in_the_lockfiles_own_install_and_runs_after_the_rename(tmp_path: Path) -> None:
+    # ensurepip after the install cost 3.6 s of a 5 s venv: the interpreter's bundled wheels now go
+    # into the same hash-checked `uv pip sync`, which writes scripts that find the python beside them
+    facts = venv.probe(sys.executable)
+    bundled = [Path(str(w)).name for w in facts["bootstrap"]]  # type: ignore[attr-defined]
+    assert any(name.startswith("pip-") for name in bundled), facts
+    staging = tmp_path / ".env.envbuild-tmp"
+    uv = uvtool.binary()
+    subprocess.run([uv, "venv", str(staging), "--python", sys.executable, "--relocatable", "--quiet"], check=True)
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("")  # the lockfile's own pins are beside the point here
+    boot = venv._bootstrap(facts, {}, tmp_path / "bootstrap.txt")
+    assert boot is not None
+    sync = [uv, "pip", "sync", str(lock), str(boot), "--python", str(staging / "bin" / "python")]
+    subprocess.run([*sync, "--require-hashes", "--no-index", "--no-config", "--quiet"], check=True)
+    final = tmp_path / "env"
+    staging.rename(final)
+    version = venv._pip_version(final)
+    assert version is not None and f"pip-{version}-py3-none-any.whl" in bundled
+    shown = subprocess.run([str(final / "bin" / "pip"), "--version"], capture_output=True, text=True, check=True)
+    assert shown.stdout.startswith(f"pip {version} from {final}/lib/"), shown.stdout
+
+
+def test_a_bootstrap_wheel_the_lockfile_pins_is_left_to_the_lockfile(tmp_path: Path) -> None:
+    # torch on Python 3.12 pins its own setuptools: a second, bundled one would conflict with it
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in ("pip-24.0-py3-none-any.whl", "setuptools-65.5.0-py3-none-any.whl"):
+        (wheels / name).write_bytes(name.encode())
+    facts: dict[str, object] = {"bootstrap": [str(w) for w in sorted(wheels.iterdir())]}
+    boot = venv._bootstrap(facts, {"setuptools": object()}, tmp_path / "bootstrap.txt")
+    assert boot is not None
+    [line] = boot.read_text().splitlines()
+    assert line.startswith(f"pip @ {(wheels / 'pip-24.0-py3-none-any.whl').as_uri()} --hash=sha256:")
+    # an interpreter without a bundled pip: ensurepip is asked instead (`_add_pip`)
+    assert venv._bootstrap({"bootstrap": []}, {}, tmp_path / "none.txt") is None

@@ -266,8 +266,8 @@ def venv(
         )
         if not result["pip"]:
             output.err().print(
-                "note: the venv has no pip (this Python's ensurepip is missing or disabled, as in Debian's "
-                f"without python3-venv): install with uv pip install -p {result['path']}"
+                "note: the venv has no pip (this Python has no bundled pip wheel and no working ensurepip, as "
+                f"Debian's without python3-venv and python3-pip-whl): install with uv pip install -p {result['path']}"
                 + (f" -c {result['constraints']}" if result["constraints"] else "")
                 + " ..."
             )
