@@ -385,6 +385,7 @@ def test_brackets_in_data_are_printed_as_they_are(cli: Cli, project: Path, write
     # unset fields are left out of the text (not "rocm: null", "apt: []"); --json keeps them
     assert "null" not in res.out and "[]" not in res.out and "{}" not in res.out
     assert "cuda: '12.1'" in res.out and "digest: " in res.out
+    assert "channels" not in res.out  # a venv profile's: conda's field, never read
     data = json.loads(cli("show", "cu121-py311", "--json", "--project", str(project)).out)
     assert data["rocm"] is None and data["apt"] == []
     write_profile(numpy="[/x]")

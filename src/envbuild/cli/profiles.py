@@ -78,6 +78,8 @@ def show(name: str, project: ProjectOpt = None, as_json: JsonOpt = False) -> Non
 
     # What the profile sets and what it inherits, not a page of unset fields (`--json` has them all)
     shown = {k: v for k, v in data.items() if v is not None and v not in ([], {})}
+    if prof.flavor != "conda":  # conda channels: a venv profile has the field's default, never reads it
+        shown.pop("channels", None)
     output.out().print(yaml.safe_dump(shown, sort_keys=False).rstrip())
 
 
