@@ -25,7 +25,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,17 +117,24 @@ def _records() -> Path:
 
 
 def _record_path(argv: Sequence[str]) -> Path:
-    key = hashlib.sha256(json.dumps([os.getcwd(), list(argv)]).encode()).hexdigest()[:32]
+    """Where the record of a command line is kept: one per folder and command line, wherever
+    --upgrade stands in it (a plain `lock NAME` records the call of its `--upgrade`)."""
+    line = [a for a in argv if a != "--upgrade"]
+    key = hashlib.sha256(json.dumps([os.getcwd(), line]).encode()).hexdigest()[:32]
     return _records() / f"{key}.json"
 
 
-def _eligible(argv: Sequence[str]) -> bool:
-    """`lock` with --upgrade or -P (a re-lock always resolves; a plain `lock` of a fresh lockfile
-    does not, and an early resolve there would only take CPU from it), one profile, not --check."""
+def _form(argv: Sequence[str]) -> str:
+    """ "relock": `lock` with --upgrade or -P, one profile, not --check: a re-lock always resolves,
+    so it may start early. "plain": a plain `lock` of one profile, which resolves only when the
+    profile changed or has no lockfile yet (an early resolve there would only take CPU from it);
+    it records the call of the `lock NAME --upgrade` its lockfile's header names. "": neither."""
     if os.environ.get(OFF_ENV, "1") == "0" or not argv or argv[0] != "lock":
-        return False
+        return ""
+    if "--check" in argv or "--all" in argv:
+        return ""
     upgrading = any(a in {"--upgrade", "-P", "--upgrade-package"} or a.startswith("--upgrade-package=") for a in argv)
-    return upgrading and "--check" not in argv and "--all" not in argv
+    return "relock" if upgrading else "plain"
 
 
 def _env_digest(env: Mapping[str, str]) -> str:
@@ -141,7 +148,10 @@ def _listing(work: Path) -> dict[str, bytes]:
 def start(argv: Sequence[str]) -> None:
     """Start the uv call the last run of this command line made here, if there is a record of it.
     Never fails: a missing, unreadable or odd record starts nothing."""
-    if not _eligible(argv):
+    form = _form(argv)
+    if form == "plain":
+        _state["plain"] = list(argv)
+    if form != "relock":
         return
     _state["argv"] = list(argv)
     try:
@@ -186,6 +196,7 @@ def drop() -> None:
     with _guard:
         early = _state.pop("early", None)
         _state.pop("argv", None)
+        _state.pop("plain", None)
     if isinstance(early, Early):
         early.stop()
 
@@ -215,15 +226,33 @@ def claim(binary: str, args: Sequence[str], work: Path, env: Mapping[str, str]) 
     return None
 
 
-def remember(args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None:
-    """Record the first uv call of an eligible command line, for its next run to start early.
-    `seeds`: files of `work` copied from a lockfile, re-read from it then (it may have changed).
-    Best effort: a record that cannot be written only means no early start next time."""
+def remember(
+    args: Sequence[str],
+    work: Path,
+    seeds: Mapping[str, Path],
+    relock: Callable[[], Sequence[str]] | None = None,
+    output: Path | None = None,
+) -> None:
+    """Record the first uv call of a re-lock, for its next run to start early. `seeds`: files of
+    `work` copied from a lockfile, re-read from it then (it may have changed). After a plain `lock`
+    (a first lock, or one after an edit), `relock()` gives the call its `--upgrade` would make in
+    `work` less `output`: the first re-lock after it then starts early too, where it had nothing
+    to start from. Best effort: a record that cannot be written only means no early start next time."""
     with _guard:
         argv = _state.pop("argv", None)
-    if not isinstance(argv, list):
-        return
-    files = {p.name: p.read_text("utf-8") for p in sorted(work.iterdir()) if p.is_file() and p.name not in seeds}
+        plain = _state.pop("plain", None)
+    if isinstance(argv, list):
+        _record(argv, args, work, seeds)
+    elif isinstance(plain, list) and relock is not None:
+        _record(plain, relock(), work, {}, leave=output.name if output else "")
+
+
+def _record(argv: list[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path], leave: str = "") -> None:
+    files = {
+        p.name: p.read_text("utf-8")
+        for p in sorted(work.iterdir())
+        if p.is_file() and p.name not in seeds and p.name != leave
+    }
     record = {
         "args": [a.replace(str(work), WORK) for a in args],
         "files": files,

@@ -157,7 +157,8 @@ def _resolve_platform(
     pyproject = work / "pyproject.toml"
     pyproject.write_text(_lock_input(plan, reqs, family))
     args = _compile_args(pyproject, out, plan, platform, opts)
-    lockahead.remember(args, work, seeds)
+    upgrading = dataclasses.replace(opts, upgrade=True)
+    lockahead.remember(args, work, seeds, lambda: _compile_args(pyproject, out, plan, platform, upgrading), out)
     if not uvtool.ran_early(args, error=LockError, cwd=work):
         _uv(args, work)
     pins = lockfile.parse_requirements(out.read_text("utf-8"))

@@ -502,6 +502,15 @@ def test_a_relock_typed_again_resolves_while_the_cli_loads_and_writes_the_same_l
     assert not any(Path(d).name.startswith("envbuild-lock-ahead-") for d in ran_in[1:]), ran_in
     assert 'name = "einops"\nversion = "0.8.0"' in (folder / "pylock.toml").read_text()
     assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
+    # a plain `lock` after an edit records the call of the `--upgrade` its lockfile's header names
+    prof.write_text(prof.read_text().replace("einops==0.8.0", "einops==0.8.1"))
+    plain = [a for a in relock if a != "--upgrade"]
+    assert not any(Path(d).name.startswith("envbuild-lock-ahead-") for d in run(*plain))
+    after_plain = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert after_plain == reference
+    ran_in = run(*relock)  # --upgrade where the user puts it
+    assert len(ran_in) == 1 and Path(ran_in[0]).name.startswith("envbuild-lock-ahead-"), ran_in
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == reference
 
 
 def test_an_sdist_that_imports_torch_to_build_locks_and_installs_with_build_requires(

@@ -92,6 +92,34 @@ def test_the_same_call_typed_again_runs_before_the_cli_loads_and_its_result_is_t
     assert [p for p in (tmp_path / "tmp").rglob("*") if p.name != f"envbuild-{os.getuid()}"] == []
 
 
+def test_a_plain_lock_records_the_call_of_the_upgrade_its_lockfile_names(fake: Path, tmp_path: Path) -> None:
+    # `lock NAME` (a new profile's first lock, or one after an edit) starts nothing early, but the
+    # `lock NAME --upgrade` typed after it had no record either: every first re-lock paid the
+    # CLI's imports before uv started (1.85x the raw uv call)
+    lockahead.start(["lock", "cpu-py311"])
+    assert "early" not in lockahead._state
+    work, args = _work(tmp_path, "first", "torch==2.13.0\n", seed="torch==2.12.0\n")  # its lockfile's pins
+    plain = [a for a in args if a != "--upgrade"]
+    lockahead.remember(plain, work, {}, lambda: args, work / "requirements.txt")
+    assert not uvtool.ran_early(plain, error=LockError, cwd=work)
+    lockahead.drop()
+    lockahead.start(["lock", "cpu-py311", "--upgrade"])
+    _early()
+    work, args = _work(tmp_path, "second", "torch==2.13.0\n")  # --upgrade: no seed from the lockfile
+    lockahead.remember(args, work, {})
+    assert uvtool.ran_early(args, error=LockError, cwd=work)
+    assert (work / "requirements.txt").read_text() == "torch==2.13.0\nresolved\n"
+    lockahead.drop()
+    # a plain lock of an edited profile records the new call: the next --upgrade starts that one
+    lockahead.start(["lock", "cpu-py311"])
+    work, args = _work(tmp_path, "third", "torch==2.14.0\n")
+    lockahead.remember([a for a in args if a != "--upgrade"], work, {}, lambda: args, work / "requirements.txt")
+    lockahead.drop()
+    lockahead.start(["lock", "--upgrade", "cpu-py311"])  # wherever --upgrade stands
+    work, args = _work(tmp_path, "fourth", "torch==2.14.0\n")
+    assert uvtool.ran_early(args, error=LockError, cwd=work)
+
+
 def test_a_call_that_is_done_before_its_start_returns_is_still_taken(
     fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
