@@ -124,6 +124,10 @@ def file_error(exc: OSError) -> WriteFailed:
     """A failed read or write anywhere below the CLI, as the error users get for it: exit 11,
     naming the path and what to do, instead of an internal error."""
     path = Path(str(exc.filename))
+    if exc.errno in {errno.ENOSPC, errno.EDQUOT} and exc.filename2 is not None:
+        # a copy or link that ran out of room names the file it read first (shutil's copy, os.link),
+        # and its hint sent users to free space on the wrong disk (the wheel cache's)
+        path = Path(str(exc.filename2))
     if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
         return WriteFailed(
             f"cannot read or write {path}: {exc.strerror}",

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from envbuild import buildreqs, freshness, layering, proc, uvtool, wheelcache
+from envbuild import buildreqs, freshness, layering, proc, tmpdirs, uvtool, wheelcache
 from envbuild import plan as plan_mod
 from envbuild.errors import UsageError, VenvError
 from envbuild.names import Events, lock_names, quiet
@@ -129,62 +128,62 @@ def create(
     shutil.rmtree(staging, ignore_errors=True)
     pins = snap.pins
     say("phase", "venv", f"Python {facts['version']} from {facts['executable']}")
-    try:
-        # --relocatable: the venv is made under a staging name and renamed into place when complete.
-        _uv(
-            [
-                "venv",
-                str(staging),
+    # uv's other inputs (a page of the cached wheels, the bootstrap wheels, the build settings) go in
+    # a private temporary folder, not beside the venv, whose disk may be another (or full)
+    with tmpdirs.private("venv") as work:
+        try:
+            # --relocatable: the venv is made under a staging name and renamed into place when complete.
+            _uv(
+                [
+                    "venv",
+                    str(staging),
+                    "--python",
+                    str(facts["executable"]),
+                    "--no-config",
+                    "--quiet",
+                    "--relocatable",
+                ]
+            )
+            args = [
+                "pip",
+                "sync",
+                str(lock_file),
                 "--python",
-                str(facts["executable"]),
+                str(staging / "bin" / "python"),
+                "--require-hashes",
                 "--no-config",
                 "--quiet",
-                "--relocatable",
             ]
-        )
-        args = [
-            "pip",
-            "sync",
-            str(lock_file),
-            "--python",
-            str(staging / "bin" / "python"),
-            "--require-hashes",
-            "--no-config",
-            "--quiet",
-        ]
-        if snap.from_source:  # built from sdists: their build backend at the version the lock pins
-            args += ["--build-constraints", str(lock_file)]
-            if prof.build_requires:  # and what they import undeclared (torch), at its locked version
-                versions = {n: p.version for n, p in pins.items()}
-                config = staging.with_name(f".{target.name}.envbuild-{buildreqs.CONFIG_FILE}")
-                config.write_text(buildreqs.config(buildreqs.for_build(prof, versions)), "utf-8")
-                args += ["--config-file", str(config)]
-        args += _sources(project, snap, src, staging.with_name(f".{target.name}.envbuild-wheels"), say)
-        bootstrap = _bootstrap(facts, pins, staging.with_name(f".{target.name}.envbuild-bootstrap.txt"))
-        if bootstrap is not None:
-            args.insert(3, str(bootstrap))  # a second requirements file beside the lockfile
-        if compile_bytecode:
-            # pip compiles on install and uv does not: without it every process that imports torch
-            # compiles its ~2,000 modules in memory again (3-4 s each here; PYTHONDONTWRITEBYTECODE,
-            # set in many CI images, stops Python from keeping the result) instead of once
-            args.append("--compile-bytecode")
-        say(
-            "phase",
-            "install",
-            f"{len(pins)} packages from {project.rel(lock_file)}, hash-checked"
-            + (", then compiled to bytecode" if compile_bytecode else ""),
-        )
-        _uv(args)
-        pip = _pip_version(staging) if bootstrap is not None else _add_pip(staging)
-        held = _hold(plan, snap, staging, target.resolve())
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(staging.with_name(f".{target.name}.envbuild-wheels"), ignore_errors=True)
-        staging.with_name(f".{target.name}.envbuild-{buildreqs.CONFIG_FILE}").unlink(missing_ok=True)
-        staging.with_name(f".{target.name}.envbuild-bootstrap.txt").unlink(missing_ok=True)
+            if snap.from_source:  # built from sdists: their build backend at the version the lock pins
+                args += ["--build-constraints", str(lock_file)]
+                if prof.build_requires:  # and what they import undeclared (torch), at its locked version
+                    versions = {n: p.version for n, p in pins.items()}
+                    config = work / buildreqs.CONFIG_FILE
+                    config.write_text(buildreqs.config(buildreqs.for_build(prof, versions)), "utf-8")
+                    args += ["--config-file", str(config)]
+            args += _sources(project, snap, src, say)
+            bootstrap = _bootstrap(facts, pins, work / "bootstrap.txt")
+            if bootstrap is not None:
+                args.insert(3, str(bootstrap))  # a second requirements file beside the lockfile
+            if compile_bytecode:
+                # pip compiles on install and uv does not: without it every process that imports torch
+                # compiles its ~2,000 modules in memory again (3-4 s each here; PYTHONDONTWRITEBYTECODE,
+                # set in many CI images, stops Python from keeping the result) instead of once
+                args.append("--compile-bytecode")
+            say(
+                "phase",
+                "install",
+                f"{len(pins)} packages from {project.rel(lock_file)}, hash-checked"
+                + (", then compiled to bytecode" if compile_bytecode else ""),
+            )
+            _uv(args)
+            pip = _pip_version(staging) if bootstrap is not None else _add_pip(staging)
+            held = _hold(plan, snap, staging, target.resolve())
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return {
         "path": str(target),
         "python": facts["version"],
@@ -195,10 +194,13 @@ def create(
     }
 
 
-def _sources(project: Project, snap: freshness.LockSnapshot, src: TorchSource, local: Path, say: Events) -> list[str]:
+def _sources(project: Project, snap: freshness.LockSnapshot, src: TorchSource, say: Events) -> list[str]:
     """Where `uv pip sync` takes the locked files from. The wheels a build already fetched
-    (envbuild's wheel cache, linked into `local`) are not fetched again; with all of them there, no
-    index is asked (an offline laptop, a mirror that is down)."""
+    (envbuild's wheel cache) are not fetched again; with all of them there, no index is asked (an
+    offline laptop, a mirror that is down). uv reads each in its own folder in the cache: they were
+    linked into a folder beside the venv, new for each venv, and copied where that is another disk
+    than the cache's. uv keeps what it unpacked by the file's path, so each new venv unpacked torch
+    again (3-5 s here; the CUDA wheels, gigabytes); from the cache's own paths it does so once."""
     cached = wheelcache.for_lock(snap.pylock_text, snap.pins, fetch=False, user=project.lockfiles_dir)
     offline = wheelcache.complete(snap.pins, cached)
     args = []
@@ -210,12 +212,9 @@ def _sources(project: Project, snap: freshness.LockSnapshot, src: TorchSource, l
             args += ["--extra-index-url", src.extra_index, "--index-strategy", src.index_strategy]
         for link in src.find_links:
             args += ["--find-links", link]
+    for folder in sorted({wheel.parent for wheel in cached}):
+        args += ["--find-links", str(folder)]
     if cached:
-        shutil.rmtree(local, ignore_errors=True)
-        local.mkdir()
-        for wheel in cached:
-            _link(wheel, local / wheel.name)
-        args += ["--find-links", str(local)]
         every = ": every one, so no package index is asked" if offline else ""
         say("phase", "wheels", f"{len(cached)} of {len(snap.pins)} wheel(s) from the wheel cache{every}")
     return args
@@ -310,13 +309,6 @@ def check_target(target: Path, force: bool) -> None:
             f"{target} is not a virtual environment (no pyvenv.cfg); --force replaces only a venv",
             hint="choose a new or empty folder, or remove this one yourself",
         )
-
-
-def _link(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def _uv(args: list[str]) -> None:

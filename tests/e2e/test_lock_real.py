@@ -173,12 +173,30 @@ def test_a_venv_from_a_complete_wheel_cache_asks_no_index(proj: Path, tmp_path: 
     placed = wheelcache.for_lock((lockdir / "pylock.toml").read_text(), pins, [Path(WHEELS)], Path(CA))
     assert wheelcache.complete(pins, placed), sorted(set(pins) - set(placed.values()))
     (proj / "envbuild.toml").write_text('[envbuild]\nindex_url = "http://127.0.0.1:9/simple"\n')
-    target = tmp_path / "offline"
-    res = envbuild("venv", "cpu-py311", str(target), "--no-compile", cwd=proj, timeout=900)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    target = disk / "offline"
+    # what lies beside the venv while uv installs it: the cached wheels were linked there, and
+    # copied where that is another disk than the cache's (gigabytes of CUDA wheels for one read)
+    from envbuild import uvtool
+
+    spy, seen = tmp_path / "uv", tmp_path / "beside"
+    spy.write_text(f'#!/bin/sh\n[ "$1 $2" = "pip sync" ] && ls -A {disk} > {seen}\nexec {uvtool.binary()} "$@"\n')
+    spy.chmod(0o755)
+    uv_cache = tmp_path / "uv-cache"
+    env = {"ENVBUILD_UV": str(spy), "UV_CACHE_DIR": str(uv_cache)}
+    res = envbuild("venv", "cpu-py311", str(target), "--no-compile", cwd=proj, timeout=900, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "12 of 12 wheel(s) from the wheel cache: every one, so no package index is asked" in res.stderr
+    assert seen.read_text().split() == [".offline.envbuild-tmp"]
+    assert sorted(p.name for p in disk.iterdir()) == ["offline"]
     probe = [str(target / "bin" / "python"), "-c", "import torch, einops; print(torch.__version__)"]
     assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "2.13.0+cpu"
+    # uv keeps what it unpacked by the wheel's path: from a folder new for each venv, every venv
+    # unpacked torch into uv's cache again (1 GB more each; seconds each); from the cache's own paths, once
+    second = envbuild("venv", "cpu-py311", str(disk / "second"), "--no-compile", cwd=proj, timeout=900, env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert len(list(uv_cache.glob("archive-v0/*/torch"))) == 1
 
 
 def test_a_venv_from_a_torch_index_that_mirrors_an_older_copy_of_a_pinned_package_installs_the_pin(

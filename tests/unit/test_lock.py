@@ -513,3 +513,14 @@ def test_a_variants_relock_prefers_its_parents_pins_and_keeps_its_own_for_the_re
     }
     assert "DO NOT EDIT" not in kept and "--hash=sha256:ddd" in kept
     assert lockfile.preferences(own) == own  # no parent: the lockfile as it is, for uv to read back
+
+
+def test_a_copy_that_runs_out_of_room_names_the_file_it_was_writing(tmp_path: Path) -> None:
+    # shutil's copy names the file it read first and the one it wrote second: a venv on a full
+    # data disk was told to free space where the wheel cache lies, another disk
+    source, written = tmp_path / "cache" / "torch.whl", tmp_path / "data" / "torch.whl"
+    exc = OSError(errno.ENOSPC, "No space left on device", str(source), None, str(written))
+    assert str(fsutil.file_error(exc)) == (
+        f"cannot write {written}: No space left on device\n"
+        f"  fix: free some space on the filesystem that holds {written.parent} (nothing was half-written)"
+    )
