@@ -128,8 +128,8 @@ def create(
     shutil.rmtree(staging, ignore_errors=True)
     pins = snap.pins
     say("phase", "venv", f"Python {facts['version']} from {facts['executable']}")
-    # uv's other inputs (a page of the cached wheels, the bootstrap wheels, the build settings) go in
-    # a private temporary folder, not beside the venv, whose disk may be another (or full)
+    # uv's other inputs (the bootstrap wheels' requirements, the build settings) go in a private
+    # temporary folder, not beside the venv, whose disk may be another (or full)
     with tmpdirs.private("venv") as work:
         try:
             # --relocatable: the venv is made under a staging name and renamed into place when complete.
