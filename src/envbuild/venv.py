@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from envbuild import buildreqs, freshness, layering, proc, tmpdirs, uvtool, wheelcache
+from envbuild import buildreqs, freshness, fsutil, layering, proc, tmpdirs, uvtool, wheelcache
 from envbuild import plan as plan_mod
 from envbuild.errors import UsageError, VenvError
 from envbuild.names import Events, lock_names, quiet
@@ -144,24 +143,7 @@ def create(
                     "--relocatable",
                 ]
             )
-            args = [
-                "pip",
-                "sync",
-                str(lock_file),
-                "--python",
-                str(staging / "bin" / "python"),
-                "--require-hashes",
-                "--no-config",
-                "--quiet",
-            ]
-            if snap.from_source:  # built from sdists: their build backend at the version the lock pins
-                args += ["--build-constraints", str(lock_file)]
-                if prof.build_requires:  # and what they import undeclared (torch), at its locked version
-                    versions = {n: p.version for n, p in pins.items()}
-                    config = work / buildreqs.CONFIG_FILE
-                    config.write_text(buildreqs.config(buildreqs.for_build(prof, versions)), "utf-8")
-                    args += ["--config-file", str(config)]
-            args += _sources(project, snap, src, say)
+            args = _sync_args(project, prof, snap, src, staging=staging, work=work, say=say)
             bootstrap = _bootstrap(facts, pins, work / "bootstrap.txt")
             if bootstrap is not None:
                 args.insert(3, str(bootstrap))  # a second requirements file beside the lockfile
@@ -192,6 +174,39 @@ def create(
         "constraints": str(held or ""),
         "pip": pip,
     }
+
+
+def _sync_args(
+    project: Project,
+    prof: Profile,
+    snap: freshness.LockSnapshot,
+    src: TorchSource,
+    *,
+    staging: Path,
+    work: Path,
+    say: Events,
+) -> list[str]:
+    """`uv pip sync` of the lockfile into the staging venv: hash-checked, its sdists built with the
+    locked build backend (and what they import undeclared), from the wheel cache and the sources."""
+    args = [
+        "pip",
+        "sync",
+        str(snap.path),
+        "--python",
+        str(staging / "bin" / "python"),
+        "--require-hashes",
+        "--no-config",
+        "--quiet",
+    ]
+    if snap.from_source:  # built from sdists: their build backend at the version the lock pins
+        args += ["--build-constraints", str(snap.path)]
+        if prof.build_requires:  # and what they import undeclared (torch), at its locked version
+            versions = {n: p.version for n, p in snap.pins.items()}
+            config = work / buildreqs.CONFIG_FILE
+            config.write_text(buildreqs.config(buildreqs.for_build(prof, versions)), "utf-8")
+            args += ["--config-file", str(config)]
+    args += _sources(project, snap, src, say)
+    return args
 
 
 def _sources(project: Project, snap: freshness.LockSnapshot, src: TorchSource, say: Events) -> list[str]:
@@ -238,8 +253,7 @@ def _bootstrap(facts: dict[str, object], pins: Mapping[str, object], into: Path)
     for wheel in found:
         name = wheel.name.split("-", 1)[0]
         if name not in pins:
-            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-            lines.append(f"{name} @ {wheel.absolute().as_uri()} --hash=sha256:{digest}\n")
+            lines.append(f"{name} @ {wheel.absolute().as_uri()} --hash=sha256:{fsutil.sha256_file(wheel)}\n")
     into.write_text("".join(lines), "utf-8")
     return into
 
