@@ -140,7 +140,8 @@ def entries(
         # constraints (not overrides, which would drop a pip package's own bound on numpy unseen):
         # the channel's version is the only one there is, and a conflict is uv's error
         args += ["-c", "conda.txt", "--python-version", python, "--python-platform", PLATFORM_TAGS[platform]]
-        args += ["--no-header", "--no-config", "--no-python-downloads", "--quiet", "--index-url", index_url]
+        args += ["--no-header", "--no-config", "--no-python-downloads", *uvtool.interpreter(python), "--quiet"]
+        args += ["--index-url", index_url]
         for link in find_links:
             args += ["--find-links", link]
         uvtool.run(args, error=LockError, cwd=work)

@@ -20,7 +20,9 @@ from envbuild.refs import redact
 from envbuild.torchsource import TorchSource
 
 
-def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opts: LockOptions) -> list[str]:
+def _compile_args(
+    input_file: Path, output: Path, plan: Plan, platform: str, opts: LockOptions, *, builds: bool = True
+) -> list[str]:
     src = plan.source
     args = [
         "pip",
@@ -38,6 +40,7 @@ def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opt
         "--no-config",
         # The target Python is only a resolution setting: never fetch an interpreter for it.
         "--no-python-downloads",
+        *uvtool.interpreter(plan.profile.python, builds=builds),
         "--index-url",
         src.index_url,
         "--quiet",
@@ -56,6 +59,16 @@ def _compile_args(input_file: Path, output: Path, plan: Plan, platform: str, opt
         args += ["--upgrade-package", pkg]
     if opts.offline:
         args.append("--offline")
+    return args
+
+
+def _pylock_args(input_file: Path, output: Path, plan: Plan, platform: str, *, from_cache: bool) -> list[str]:
+    """The pylock.toml pass from exact pins: from uv's cache, where nothing can be built, or (when
+    the cache lacked something) from the network, where an sdist may be."""
+    opts = LockOptions(offline=from_cache)
+    args = _compile_args(input_file, output, plan, platform, opts, builds=not from_cache)
+    args[args.index("--generate-hashes")] = "--format=pylock.toml"
+    args.remove("--emit-index-annotation")
     return args
 
 
@@ -187,18 +200,14 @@ def _resolve_platform(
     plan = dataclasses.replace(plan, source=_pylock_source(plan, pins, work))
     pyproject.write_text(_lock_input(plan, exact, family))
     pylock = work / f"pylock.{platform.replace('_', '')}.toml"
-    args = _compile_args(pyproject, pylock, plan, platform, LockOptions(offline=True))
-    args[args.index("--generate-hashes")] = "--format=pylock.toml"
-    args.remove("--emit-index-annotation")
     try:
-        # The resolve above just fetched every index page this pass reads: from uv's cache, this
-        # pass takes a tenth of a second instead of another round of the network.
-        _uv(args, work)
+        # The resolve above just fetched every index page and built every sdist's metadata this
+        # pass reads: from uv's cache it takes a few hundredths of a second, and builds nothing.
+        _uv(_pylock_args(pyproject, pylock, plan, platform, from_cache=True), work)
     except LockError:
         if opts.offline:
             raise
-        args.remove("--offline")
-        _uv(args, work)
+        _uv(_pylock_args(pyproject, pylock, plan, platform, from_cache=False), work)
     return pins, out.read_text("utf-8"), pylock.read_text("utf-8")
 
 

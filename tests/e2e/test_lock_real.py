@@ -568,3 +568,46 @@ def test_an_sdist_that_imports_torch_to_build_locks_and_installs_with_build_requ
     res = envbuild("lock", "cpu-py311-ext", cwd=proj)
     assert res.returncode != 0
     assert "build_requires names psutil, which the lock does not pin" in res.stderr
+
+
+def test_a_lock_on_a_host_of_pyenv_shims_runs_no_shim_it_can_do_without(proj: Path, tmp_path: Path) -> None:
+    """uv cannot remember what it learnt from a pyenv shim (the shim may lead elsewhere tomorrow),
+    so each uv call that found `python3.11` through one ran it again: 0.13-0.45 s a call, twice a
+    first lock. The pylock.toml pass builds nothing and names envbuild's own interpreter, as does a
+    resolve for the Python envbuild runs on; a resolve for another Python still finds one of its
+    version. The lockfiles are the ones a lock through the shims writes."""
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    log = tmp_path / "shim-runs"
+    for name in ("python3", "python3.11", "python3.12", "python3.13", "python"):
+        # as pyenv's: a script that runs the real interpreter it picks
+        (shims / name).write_text(f'#!/bin/sh\necho {name} >> {log}\nexec {sys.executable} "$@"\n')
+        (shims / name).chmod(0o755)
+    env = {"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "ENVBUILD_LOCK_AHEAD": "0"}
+    first = ["lock", "cpu-py311", "--no-apt", "--find-links", WHEELS]
+    done = envbuild(*first, cwd=proj, env=env)
+    assert done.returncode == 0, done.stderr
+    ours = sys.version_info[:2] == (3, 11)
+    runs = log.read_text().split() if log.exists() else []
+    assert runs == ([] if ours else ["python3.11"]), runs  # was python3.11 twice: the resolve and the pass
+    folder = proj / "lockfiles" / "cpu-py311"
+    written = {p.name: p.read_bytes() for p in folder.iterdir()}
+    # the same lock with uv finding its interpreter through the shims alone, as before
+    shutil.rmtree(folder)
+    plain = tmp_path / "plain-uv"
+    from envbuild import uvtool
+
+    plain.write_text(
+        f"#!{sys.executable}\nimport os, sys\nargs, skip = [], False\n"
+        "for a in sys.argv[1:]:\n"
+        "    if skip: skip = False; continue\n"
+        "    if a == '--python': skip = True; continue\n"
+        "    args.append(a)\n"
+        f"os.execv({uvtool.binary()!r}, [{uvtool.binary()!r}, *args])\n"
+    )
+    plain.chmod(0o755)
+    log.unlink(missing_ok=True)
+    done = envbuild(*first, cwd=proj, env={**env, "ENVBUILD_UV": str(plain)})
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().split().count("python3.11") == 2  # through the shim, each call
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == written

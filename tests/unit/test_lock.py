@@ -524,3 +524,33 @@ def test_a_copy_that_runs_out_of_room_names_the_file_it_was_writing(tmp_path: Pa
         f"cannot write {written}: No space left on device\n"
         f"  fix: free some space on the filesystem that holds {written.parent} (nothing was half-written)"
     )
+
+
+def test_uv_is_told_envbuilds_interpreter_only_where_no_build_for_another_python_can_follow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Naming an interpreter spares uv its discovery (a pyenv shim, run again by every call). The
+    pylock.toml pass from uv's cache builds nothing, so it always names envbuild's; a resolve may
+    build an sdist's metadata, so it names envbuild's only for a profile of envbuild's own Python,
+    and the pass that goes back to the network (uv's cache lacked something) is a resolve again."""
+    import sys
+
+    from envbuild import venvlock
+    from envbuild.lockopts import LockOptions
+
+    ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    other = "3.12" if ours != "3.12" else "3.13"
+    for python, named_in_resolve in ((ours, True), (other, False)):
+        prof = _prof("cpu-py311").model_copy(update={"python": python})
+        plan = plan_mod.for_profile(prof)
+        given, out = tmp_path / "in.toml", tmp_path / "pylock.toml"
+        resolve = venvlock._compile_args(given, tmp_path / "out.txt", plan, "x86_64", LockOptions())
+        cached = venvlock._pylock_args(given, out, plan, "x86_64", from_cache=True)
+        fetched = venvlock._pylock_args(given, out, plan, "x86_64", from_cache=False)
+        named = ["--python", sys.executable]
+        assert resolve[resolve.index("--python-version") + 1] == python
+        assert (" ".join(named) in " ".join(resolve)) is named_in_resolve
+        assert " ".join(named) in " ".join(cached) and "--offline" in cached
+        assert (" ".join(named) in " ".join(fetched)) is named_in_resolve and "--offline" not in fetched
+    monkeypatch.setattr(sys, "executable", "")  # embedded: no interpreter to name; uv finds one
+    assert uvtool.interpreter(ours, builds=False) == []
