@@ -17,7 +17,7 @@ from envbuild.names import LockEvents, canonical, lock_names, mutex_path, quiet
 from envbuild.plan import Plan
 from envbuild.project import Project
 
-__all__ = ["LockOptions", "LockOutcome", "check", "lock_many", "lock_one"]
+__all__ = ["LockOptions", "LockOutcome", "check", "lock_many", "lock_one", "prepare_first"]
 
 
 def check(project: Project, names: Sequence[str]) -> list[StaleLock]:
@@ -29,6 +29,21 @@ def check(project: Project, names: Sequence[str]) -> list[StaleLock]:
         if not found.fresh:
             stale.append(StaleLock(prof.name, found.reason, f"envbuild lock {prof.name}"))
     return stale
+
+
+def prepare_first(project: Project, name: str) -> None:
+    """After `new` wrote profile `name`: record the resolve its first `envbuild lock NAME` (typed as
+    `new` says, in this folder) will make, so that it starts while that command loads (lockahead).
+    Best effort: a profile that cannot be planned here only starts nothing early."""
+    from envbuild import lockahead
+
+    argv = ["lock", name]
+    if not lockahead.enabled():
+        return
+    with contextlib.suppress(EnvbuildError, OSError):
+        prof = validate.load_named(project, name)
+        if prof.flavor == "venv":
+            venvlock.record_first_lock(project, plan_mod.make(project, prof, LockOptions().plan_options()), argv)
 
 
 def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents | None = None) -> LockOutcome:

@@ -5,6 +5,7 @@ Jinja, rich) before envbuild can work out which uv call to make, and a warm uv r
 0.3 s: most of what a user waited for was envbuild, not the resolver. A re-lock typed again in the
 same folder with the same arguments almost always makes the same uv call as last time, so the entry
 point starts that call at once, from a record the last such run left, and the imports run beside it.
+A new profile's first lock starts early too: `envbuild new` records the call it will make.
 
 The record is only a guess of what to start, never an input to a lock: the lock path works out its
 call as it always does and takes the early run's result only when it is that very call (the same
@@ -124,12 +125,19 @@ def _record_path(argv: Sequence[str]) -> Path:
     return _records() / f"{key}.json"
 
 
+def enabled() -> bool:
+    """False when ENVBUILD_LOCK_AHEAD=0: nothing is started early, and nothing recorded."""
+    return os.environ.get(OFF_ENV, "1") != "0"
+
+
 def _form(argv: Sequence[str]) -> str:
     """ "relock": `lock` with --upgrade or -P, one profile, not --check: a re-lock always resolves,
     so it may start early. "plain": a plain `lock` of one profile, which resolves only when the
-    profile changed or has no lockfile yet (an early resolve there would only take CPU from it);
-    it records the call of the `lock NAME --upgrade` its lockfile's header names. "": neither."""
-    if os.environ.get(OFF_ENV, "1") == "0" or not argv or argv[0] != "lock":
+    profile changed or has no lockfile yet: it starts only a call `new` recorded for a new
+    profile's first lock (elsewhere an early resolve would mostly take CPU from a lock that
+    resolves nothing), and records the call of the `lock NAME --upgrade` its lockfile's header
+    names. "": neither."""
+    if not enabled() or not argv or argv[0] != "lock":
         return ""
     if "--check" in argv or "--all" in argv:
         return ""
@@ -149,13 +157,15 @@ def start(argv: Sequence[str]) -> None:
     """Start the uv call the last run of this command line made here, if there is a record of it.
     Never fails: a missing, unreadable or odd record starts nothing."""
     form = _form(argv)
-    if form == "plain":
-        _state["plain"] = list(argv)
-    if form != "relock":
+    if not form:
         return
-    _state["argv"] = list(argv)
+    _state["argv" if form == "relock" else "plain"] = list(argv)
     try:
         record = json.loads(_record_path(argv).read_text("utf-8"))
+        # A plain lock starts only the call `new` recorded for a new profile's first lock (one of
+        # a profile already locked resolves only when it changed, and would only lose CPU to it).
+        if (form == "plain") != (record.get("first") is True):
+            return
         args = [str(a) for a in record["args"]]
         files = {str(k): str(v).encode() for k, v in record["files"].items()}
         for name, source in record["seeds"].items():
@@ -247,17 +257,29 @@ def remember(
         _record(plain, relock(), work, {}, leave=output.name if output else "")
 
 
-def _record(argv: list[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path], leave: str = "") -> None:
+def record_first(argv: Sequence[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None:
+    """Record `args` (in `work`) as the call a new profile's first lock, the plain `argv`, will make
+    here: `new` knows it before the user types it. That lock starts it early, and its own record
+    then replaces this one."""
+    if _form(argv) == "plain":
+        _record(list(argv), args, work, seeds, first=True)
+
+
+def _record(
+    argv: list[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path], leave: str = "", first: bool = False
+) -> None:
     files = {
         p.name: p.read_text("utf-8")
         for p in sorted(work.iterdir())
         if p.is_file() and p.name not in seeds and p.name != leave
     }
-    record = {
+    record: dict[str, object] = {
         "args": [a.replace(str(work), WORK) for a in args],
         "files": files,
         "seeds": {name: str(path.resolve()) for name, path in seeds.items()},
     }
+    if first:
+        record["first"] = True
     text = json.dumps(record, indent=1, sort_keys=True)
     import re
 

@@ -281,6 +281,9 @@ def create(
         sep = "" if not existing or existing.endswith("\n") else "\n"
         files[ignore] = f"{existing}{sep}# envbuild's build folder (contexts, logs, reports)\n{entry}\n"
     atomic_write_many(files)
+    from envbuild import lock  # its resolver's modules: only once the profile is written
+
+    lock.prepare_first(project, name)  # the `envbuild lock NAME` the CLI names next starts its resolve early
     warnings = [d.render() for d in loaded.warnings]
     return Created(target, text, choice, warnings, [*choice.notes, *_source_notes(loaded.profile, project)])
 

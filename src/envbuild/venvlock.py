@@ -141,6 +141,38 @@ def _same_pylock(plan: Plan, pins: dict[str, Pin], family: list[str], before: Lo
     return lockfile.body(before.pylock_text)
 
 
+def _first_call(
+    plan: Plan, platform: str, opts: LockOptions, previous: Path | None, work: Path, parent: Path | None
+) -> tuple[list[str], dict[str, Path], Path, Path]:
+    """The resolve's uv call, with its input (and the pins it keeps) written into `work`: (the
+    arguments, the files of `work` copied from a lockfile, the input, the output)."""
+    out = work / f"requirements-{platform}.txt"
+    seeds = {}
+    kept = [p for p in (previous, parent) if p is not None and p.is_file()] if not opts.upgrade else []
+    if kept:
+        # uv keeps the pins already in the output file: a re-lock changes only what must change.
+        texts = [p.read_text("utf-8") for p in kept]
+        seed = lockfile.preferences(*texts)
+        out.write_text(seed)
+        if seed == texts[0]:
+            seeds[out.name] = kept[0]
+    pyproject = work / "pyproject.toml"
+    pyproject.write_text(_lock_input(plan, list(plan.requirements), list(plan.torch_family)))
+    return _compile_args(pyproject, out, plan, platform, opts), seeds, pyproject, out
+
+
+def record_first_lock(project: Project, plan: Plan, argv: list[str]) -> None:
+    """Record, for `lockahead`, the resolve that `argv` (the profile's first `lock NAME`, as `new`
+    tells the user to type it) will make in this folder, so that it starts before that command's
+    CLI has loaded. Worked out by the same code as the lock's own call, from the same inputs."""
+    platform = plan.platforms[0]
+    own = lock_dir(project, plan.name) / lock_names(platform)[0]
+    theirs, _ = _pins_to_keep(project, plan, own)
+    with tmpdirs.private("lock") as tmp:
+        args, seeds, _, _ = _first_call(plan, platform, LockOptions(), own, Path(tmp), theirs)
+        lockahead.record_first(argv, args, Path(tmp), seeds)
+
+
 def _resolve_platform(
     plan: Plan,
     platform: str,
@@ -157,19 +189,7 @@ def _resolve_platform(
     src = plan.source
     reqs = list(plan.requirements)
     family = list(plan.torch_family)
-    out = work / f"requirements-{platform}.txt"
-    seeds = {}
-    kept = [p for p in (previous, parent) if p is not None and p.is_file()] if not opts.upgrade else []
-    if kept:
-        # uv keeps the pins already in the output file: a re-lock changes only what must change.
-        texts = [p.read_text("utf-8") for p in kept]
-        seed = lockfile.preferences(*texts)
-        out.write_text(seed)
-        if seed == texts[0]:
-            seeds[out.name] = kept[0]
-    pyproject = work / "pyproject.toml"
-    pyproject.write_text(_lock_input(plan, reqs, family))
-    args = _compile_args(pyproject, out, plan, platform, opts)
+    args, seeds, pyproject, out = _first_call(plan, platform, opts, previous, work, parent)
     upgrading = dataclasses.replace(opts, upgrade=True)
     lockahead.remember(args, work, seeds, lambda: _compile_args(pyproject, out, plan, platform, upgrading), out)
     if not uvtool.ran_early(args, error=LockError, cwd=work):

@@ -611,3 +611,33 @@ def test_a_lock_on_a_host_of_pyenv_shims_runs_no_shim_it_can_do_without(proj: Pa
     assert done.returncode == 0, done.stderr
     assert log.read_text().split().count("python3.11") == 2  # through the shim, each call
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == written
+
+
+def test_the_first_lock_after_new_resolves_while_its_cli_loads_and_writes_the_same_lockfiles(tmp_path: Path) -> None:
+    """The README's tour: `envbuild new NAME`, then the `envbuild lock NAME` it names. That first
+    lock had nothing to start early from; `new` now records its call, and the lockfiles are byte
+    for byte those of a lock that started nothing early."""
+    from envbuild import uvtool
+
+    spy = tmp_path / "uv"
+    log = tmp_path / "calls"
+    spy.write_text(f'#!/bin/sh\necho "$PWD" >> {log}\nexec {uvtool.binary()} "$@"\n')
+    spy.chmod(0o755)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {"ENVBUILD_UV": str(spy), "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(temp)}
+    written = {}
+    for ahead in ("0", "1"):
+        folder = tmp_path / f"ahead-{ahead}"
+        folder.mkdir()
+        made = envbuild("new", "cu121-py311", "--torch", "2.3", cwd=folder, env={**env, "ENVBUILD_LOCK_AHEAD": ahead})
+        assert made.returncode == 0, made.stderr
+        log.unlink(missing_ok=True)
+        done = envbuild("lock", "cu121-py311", cwd=folder, env={**env, "ENVBUILD_LOCK_AHEAD": ahead})
+        assert done.returncode == 0, done.stderr
+        ran_in = [Path(line).name for line in log.read_text().split()]
+        early = [d for d in ran_in if d.startswith("envbuild-lock-ahead-")]
+        assert len(ran_in) == 2 and len(early) == (ahead == "1"), ran_in  # the resolve, then the pylock pass
+        locked = folder / "lockfiles" / "cu121-py311"
+        written[ahead] = {p.name: p.read_bytes() for p in locked.iterdir() if p.name != "apt.lock"}
+    assert written["1"] == written["0"] and "requirements.lock" in written["1"]

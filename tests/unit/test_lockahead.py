@@ -296,3 +296,40 @@ def test_the_console_script_starts_it_before_the_cli_is_imported(fake: Path, tmp
     ran_in = fake.read_text().split()[-1]
     assert Path(ran_in).name.startswith("envbuild-lock-ahead-")
     assert not Path(ran_in).exists()
+
+
+def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake: Path, tmp_path: Path) -> None:
+    """A new profile's first `lock NAME` started nothing early (a plain lock has no record, and the
+    README's tour is `new`, then `lock`): uv began only after the CLI's imports. `new` records the
+    call that lock will make here, worked out by the lock's own code; the lock takes it as its own."""
+    import shutil
+
+    from envbuild import lock, validate, venvlock
+    from envbuild import plan as plan_mod
+    from envbuild.lockopts import LockOptions
+    from envbuild.project import open_project
+
+    from ..conftest import REPO
+
+    shutil.copytree(REPO / "profiles", Path.cwd() / "profiles")
+    project = open_project(str(Path.cwd()))
+    lock.prepare_first(project, "cu121-py311")
+    lockahead.start(["lock", "cu121-py311", "--upgrade"])  # not the command `new` named: nothing
+    assert "early" not in lockahead._state
+    lockahead.drop()
+    lockahead.start(["lock", "cu121-py311"])
+    early = _early()
+    plan = plan_mod.make(project, validate.load_named(project, "cu121-py311"), LockOptions().plan_options())
+    work = tmp_path / "lock"
+    work.mkdir()
+    args, seeds, _, out = venvlock._first_call(plan, "x86_64", LockOptions(), None, work, None)
+    assert seeds == {} and uvtool.ran_early(args, error=LockError, cwd=work)
+    assert out.read_text().endswith("resolved\n") and not early.work.exists()
+    lockahead.drop()
+    # that lock's own record replaces the one `new` left: the same plain lock, typed again (the
+    # profile now locked), starts nothing
+    lockahead.start(["lock", "cu121-py311"])
+    lockahead.remember(args, work, {}, lambda: [*args, "--upgrade"], out)
+    lockahead.drop()
+    lockahead.start(["lock", "cu121-py311"])
+    assert "early" not in lockahead._state
