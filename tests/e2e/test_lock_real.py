@@ -479,12 +479,9 @@ def test_a_relock_that_changes_nothing_asks_uv_once_and_keeps_pylock(proj: Path,
     assert envbuild("lock", "--check", "cpu-py311", cwd=proj).returncode == 0
 
 
-def test_a_relock_typed_again_resolves_while_the_cli_loads_and_writes_the_same_lockfiles(
-    proj: Path, tmp_path: Path
-) -> None:
-    """`lock NAME --upgrade` run again in the same folder starts last time's uv call before the CLI
-    has loaded, and the lock takes its result only when it is the call it needs: the lockfiles are
-    byte for byte what a run without it writes. A changed profile throws the early call away."""
+def _spied(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """(the log a spy uv writes "FOLDER ARGS..." to, one line a call; the environment that runs
+    envbuild with it, and with its own lock-ahead records and temporary folder)."""
     from envbuild import uvtool
 
     spy = tmp_path / "uv"
@@ -493,7 +490,17 @@ def test_a_relock_typed_again_resolves_while_the_cli_loads_and_writes_the_same_l
     spy.chmod(0o755)
     temp = tmp_path / "tmp"
     temp.mkdir()
-    env = {"ENVBUILD_UV": str(spy), "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(temp)}
+    return log, {"ENVBUILD_UV": str(spy), "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(temp)}
+
+
+def test_a_relock_typed_again_resolves_while_the_cli_loads_and_writes_the_same_lockfiles(
+    proj: Path, tmp_path: Path
+) -> None:
+    """`lock NAME --upgrade` run again in the same folder starts last time's uv call before the CLI
+    has loaded, and the lock takes its result only when it is the call it needs: the lockfiles are
+    byte for byte what a run without it writes. A changed profile throws the early call away."""
+    log, env = _spied(tmp_path)
+    temp = Path(env["TMPDIR"])
     relock = ["lock", "cpu-py311", "--upgrade", "--no-apt", "--find-links", WHEELS]
     folder = proj / "lockfiles" / "cpu-py311"
 
@@ -617,15 +624,7 @@ def test_the_first_lock_after_new_resolves_while_its_cli_loads_and_writes_the_sa
     """The README's tour: `envbuild new NAME`, then the `envbuild lock NAME` it names. That first
     lock had nothing to start early from; `new` now records its call, and the lockfiles are byte
     for byte those of a lock that started nothing early."""
-    from envbuild import uvtool
-
-    spy = tmp_path / "uv"
-    log = tmp_path / "calls"
-    spy.write_text(f'#!/bin/sh\necho "$PWD" >> {log}\nexec {uvtool.binary()} "$@"\n')
-    spy.chmod(0o755)
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    env = {"ENVBUILD_UV": str(spy), "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(temp)}
+    log, env = _spied(tmp_path)
     written = {}
     for ahead in ("0", "1"):
         folder = tmp_path / f"ahead-{ahead}"
@@ -635,7 +634,7 @@ def test_the_first_lock_after_new_resolves_while_its_cli_loads_and_writes_the_sa
         log.unlink(missing_ok=True)
         done = envbuild("lock", "cu121-py311", cwd=folder, env={**env, "ENVBUILD_LOCK_AHEAD": ahead})
         assert done.returncode == 0, done.stderr
-        ran_in = [Path(line).name for line in log.read_text().split()]
+        ran_in = [Path(line.split()[0]).name for line in log.read_text().splitlines()]
         early = [d for d in ran_in if d.startswith("envbuild-lock-ahead-")]
         assert len(ran_in) == 2 and len(early) == (ahead == "1"), ran_in  # the resolve, then the pylock pass
         locked = folder / "lockfiles" / "cu121-py311"
