@@ -326,6 +326,19 @@ def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake:
     assert seeds == {} and uvtool.ran_early(args, error=LockError, cwd=work)
     assert out.read_text().endswith("resolved\n") and not early.work.exists()
     lockahead.drop()
+    # the profile edited between `new` and the lock: the early call is not the lock's; thrown away
+    lock.prepare_first(project, "cu121-py311")
+    edited = Path.cwd() / "profiles" / "cu121-py311.yaml"
+    edited.write_text(edited.read_text().replace("einops==0.8.1", "einops==0.8.0"))
+    lockahead.start(["lock", "cu121-py311"])
+    early = _early()
+    plan = plan_mod.make(project, validate.load_named(project, "cu121-py311"), LockOptions().plan_options())
+    other = tmp_path / "edited"
+    other.mkdir()
+    edited_args, _, _, _ = venvlock._first_call(plan, "x86_64", LockOptions(), None, other, None)
+    assert not uvtool.ran_early(edited_args, error=LockError, cwd=other)
+    assert not early.work.exists() and not (other / "requirements-x86_64.txt").exists()
+    lockahead.drop()
     # that lock's own record replaces the one `new` left: the same plain lock, typed again (the
     # profile now locked), starts nothing
     lockahead.start(["lock", "cu121-py311"])
