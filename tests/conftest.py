@@ -38,6 +38,24 @@ class FakeIndex:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def own_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The tests' own XDG_CACHE_HOME: the lock-ahead records that `new` and `lock` leave, and
+    `run`'s download cache, never in the user's ~/.cache (which gathered a record per test folder).
+    uv's default cache moves with it (the e2e session names its own); removed afterwards."""
+    import os
+
+    folder = tmp_path_factory.mktemp("cache-home")
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def own_wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The tests' own wheel cache (ENVBUILD_CACHE_DIR), never the user's; removed afterwards.
     Subprocesses inherit it."""
