@@ -313,17 +313,24 @@ def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake:
 
     shutil.copytree(REPO / "profiles", Path.cwd() / "profiles")
     project = open_project(str(Path.cwd()))
+
+    def lock_call(folder: str) -> tuple[list[str], Path, Path]:
+        """The first uv call `lock cu121-py311` works out, in a new folder: (args, folder, output)."""
+        plan = plan_mod.make(project, validate.load_named(project, "cu121-py311"), LockOptions().plan_options())
+        work = tmp_path / folder
+        work.mkdir()
+        args, seeds, _, out = venvlock._first_call(plan, "x86_64", LockOptions(), None, work, None)
+        assert seeds == {}  # a first lock: nothing kept from a lockfile
+        return args, work, out
+
     lock.prepare_first(project, "cu121-py311")
     lockahead.start(["lock", "cu121-py311", "--upgrade"])  # not the command `new` named: nothing
     assert "early" not in lockahead._state
     lockahead.drop()
     lockahead.start(["lock", "cu121-py311"])
     early = _early()
-    plan = plan_mod.make(project, validate.load_named(project, "cu121-py311"), LockOptions().plan_options())
-    work = tmp_path / "lock"
-    work.mkdir()
-    args, seeds, _, out = venvlock._first_call(plan, "x86_64", LockOptions(), None, work, None)
-    assert seeds == {} and uvtool.ran_early(args, error=LockError, cwd=work)
+    args, work, out = lock_call("lock")
+    assert uvtool.ran_early(args, error=LockError, cwd=work)
     assert out.read_text().endswith("resolved\n") and not early.work.exists()
     lockahead.drop()
     # the profile edited between `new` and the lock: the early call is not the lock's; thrown away
@@ -332,12 +339,9 @@ def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake:
     edited.write_text(edited.read_text().replace("einops==0.8.1", "einops==0.8.0"))
     lockahead.start(["lock", "cu121-py311"])
     early = _early()
-    plan = plan_mod.make(project, validate.load_named(project, "cu121-py311"), LockOptions().plan_options())
-    other = tmp_path / "edited"
-    other.mkdir()
-    edited_args, _, _, _ = venvlock._first_call(plan, "x86_64", LockOptions(), None, other, None)
+    edited_args, other, edited_out = lock_call("edited")
     assert not uvtool.ran_early(edited_args, error=LockError, cwd=other)
-    assert not early.work.exists() and not (other / "requirements-x86_64.txt").exists()
+    assert not early.work.exists() and not edited_out.exists()
     lockahead.drop()
     # that lock's own record replaces the one `new` left: the same plain lock, typed again (the
     # profile now locked), starts nothing
