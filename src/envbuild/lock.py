@@ -37,13 +37,13 @@ def prepare_first(project: Project, name: str) -> None:
     Best effort: a profile that cannot be planned here only starts nothing early."""
     from envbuild import lockahead
 
-    argv = ["lock", name]
     if not lockahead.enabled():
         return
     with contextlib.suppress(EnvbuildError, OSError):
         prof = validate.load_named(project, name)
         if prof.flavor == "venv":
-            venvlock.record_first_lock(project, plan_mod.make(project, prof, LockOptions().plan_options()), argv)
+            plan = plan_mod.make(project, prof, LockOptions().plan_options())
+            venvlock.record_first_lock(project, plan, ["lock", name])
 
 
 def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents | None = None) -> LockOutcome:
