@@ -583,6 +583,8 @@ def test_a_lock_on_a_host_of_pyenv_shims_runs_no_shim_it_can_do_without(proj: Pa
     first lock. The pylock.toml pass builds nothing and names envbuild's own interpreter, as does a
     resolve for the Python envbuild runs on; a resolve for another Python still finds one of its
     version. The lockfiles are the ones a lock through the shims writes."""
+    if sys.version_info[:2] != (3, 11):  # each shim runs this interpreter, as python3.11's would
+        pytest.skip("the shims stand in for envbuild's own Python, which is not 3.11 here")
     shims = tmp_path / "shims"
     shims.mkdir()
     log = tmp_path / "shim-runs"
@@ -594,9 +596,8 @@ def test_a_lock_on_a_host_of_pyenv_shims_runs_no_shim_it_can_do_without(proj: Pa
     first = ["lock", "cpu-py311", "--no-apt", "--find-links", WHEELS]
     done = envbuild(*first, cwd=proj, env=env)
     assert done.returncode == 0, done.stderr
-    ours = sys.version_info[:2] == (3, 11)
     runs = log.read_text().split() if log.exists() else []
-    assert runs == ([] if ours else ["python3.11"]), runs  # was python3.11 twice: the resolve and the pass
+    assert runs == [], runs  # was python3.11 twice: the resolve and the pass
     folder = proj / "lockfiles" / "cpu-py311"
     written = {p.name: p.read_bytes() for p in folder.iterdir()}
     # the same lock with uv finding its interpreter through the shims alone, as before
