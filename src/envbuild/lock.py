@@ -15,6 +15,7 @@ from envbuild.errors import BaseImageError, EngineUnavailable, EnvbuildError, St
 from envbuild.lockopts import LockOptions, LockOutcome
 from envbuild.names import LockEvents, canonical, lock_names, mutex_path, quiet
 from envbuild.plan import Plan
+from envbuild.profile import Profile
 from envbuild.project import Project
 
 __all__ = ["LockOptions", "LockOutcome", "check", "lock_many", "lock_one", "prepare_first"]
@@ -31,19 +32,17 @@ def check(project: Project, names: Sequence[str]) -> list[StaleLock]:
     return stale
 
 
-def prepare_first(project: Project, name: str) -> None:
-    """After `new` wrote profile `name`: record the resolve its first `envbuild lock NAME` (typed as
-    `new` says, in this folder) will make, so that it starts while that command loads (lockahead).
-    Best effort: a profile that cannot be planned here only starts nothing early."""
+def prepare_first(project: Project, prof: Profile) -> None:
+    """After `new` wrote (and validated) profile `prof`: record the resolve its first `envbuild lock
+    NAME` (typed as `new` says, in this folder) will make, so that it starts while that command loads
+    (lockahead). Best effort: a profile that cannot be planned here only starts nothing early."""
     from envbuild import lockahead
 
-    if not lockahead.enabled():
+    if not lockahead.enabled() or prof.flavor != "venv":
         return
     with contextlib.suppress(EnvbuildError, OSError):
-        prof = validate.load_named(project, name)
-        if prof.flavor == "venv":
-            plan = plan_mod.make(project, prof, LockOptions().plan_options())
-            venvlock.record_first_lock(project, plan, ["lock", name])
+        plan = plan_mod.make(project, prof, LockOptions().plan_options())
+        venvlock.record_first_lock(project, plan, ["lock", prof.name])
 
 
 def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents | None = None) -> LockOutcome:

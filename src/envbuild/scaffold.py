@@ -283,7 +283,8 @@ def create(
     atomic_write_many(files)
     from envbuild import lock  # its resolver's modules: only once the profile is written
 
-    lock.prepare_first(project, name)  # the `envbuild lock NAME` the CLI names next starts its resolve early
+    if loaded.profile is not None:  # the file just written, as validated: the lock's first call starts early
+        lock.prepare_first(project, loaded.profile)
     warnings = [d.render() for d in loaded.warnings]
     return Created(target, text, choice, warnings, [*choice.notes, *_source_notes(loaded.profile, project)])
 

@@ -323,7 +323,7 @@ def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake:
         assert seeds == {}  # a first lock: nothing kept from a lockfile
         return args, work, out
 
-    lock.prepare_first(project, "cu121-py311")
+    lock.prepare_first(project, validate.load_named(project, "cu121-py311"))
     lockahead.start(["lock", "cu121-py311", "--upgrade"])  # not the command `new` named: nothing
     assert "early" not in lockahead._state
     lockahead.drop()
@@ -334,7 +334,7 @@ def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake:
     assert out.read_text().endswith("resolved\n") and not early.work.exists()
     lockahead.drop()
     # the profile edited between `new` and the lock: the early call is not the lock's; thrown away
-    lock.prepare_first(project, "cu121-py311")
+    lock.prepare_first(project, validate.load_named(project, "cu121-py311"))
     edited = Path.cwd() / "profiles" / "cu121-py311.yaml"
     edited.write_text(edited.read_text().replace("einops==0.8.1", "einops==0.8.0"))
     lockahead.start(["lock", "cu121-py311"])
