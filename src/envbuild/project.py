@@ -105,6 +105,22 @@ class Project:
         except ValueError:
             return str(path)
 
+    def no_profiles(self) -> tuple[str, str]:
+        """(why the project lists no profiles, the fix) for the message that says so. A `profiles_dir`
+        set in envbuild.toml that names no folder is most likely a typo there, not an empty project."""
+        where = self.rel(self.profiles_dir)
+        start = "`envbuild new cu126-py312` starts one, or pass --project DIR"
+        if self.profiles_dir.is_dir():
+            return f"{where}/ has no profiles", start
+        if self.config.profiles_dir == ProjectConfig.profiles_dir:
+            return f"{where}/ does not exist", start
+        config = self.root / CONFIG_NAME
+        return (
+            f"{where}/ does not exist ({self.rel(config)}: profiles_dir = {self.config.profiles_dir!r})",
+            f"set profiles_dir in {self.rel(config)} to the folder that holds the profiles (relative to "
+            f"{self.root}), or remove it for profiles/",
+        )
+
     def profile_names(self) -> list[str]:
         if not self.profiles_dir.is_dir():
             return []
@@ -135,11 +151,12 @@ class Project:
             hint = start or "run `envbuild list` to see them"
         where = self.rel(self.profiles_dir)
         if not names:
-            raise UsageError(
-                f"no profile {name_or_path!r}: {where}/ has no profiles",
-                hint="run envbuild in a project folder or pass --project DIR; "
-                + (start or "`envbuild new NAME` starts one"),
-            )
+            why, fix = self.no_profiles()
+            if self.profiles_dir.is_dir() or self.config.profiles_dir == ProjectConfig.profiles_dir:
+                fix = "run envbuild in a project folder or pass --project DIR; " + (
+                    start or "`envbuild new NAME` starts one"
+                )
+            raise UsageError(f"no profile {name_or_path!r}: {why}", hint=fix)
         raise UsageError(f"no profile {name_or_path!r} in {where}/", hint=hint)
 
 

@@ -428,6 +428,23 @@ def test_all_on_a_project_without_profiles_says_so(cli: Cli, tmp_path: Path) -> 
     assert "envbuild new" in res.err
 
 
+def test_a_profiles_dir_in_envbuild_toml_that_names_no_folder_is_named_as_the_cause(cli: Cli, tmp_path: Path) -> None:
+    """A typo in envbuild.toml's profiles_dir read as an empty project: `list` said to start one with
+    `new`, and `matrix` printed an empty CI matrix with exit 0 (the CI job reading it then failed
+    with GitHub's message). Now each names the setting and its fix; `matrix` fails."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "envbuild.toml").write_text('profiles_dir = "profile"\n')
+    said = "profile/ does not exist (envbuild.toml: profiles_dir = 'profile')"
+    fix = "fix: set profiles_dir in envbuild.toml to the folder that holds the profiles"
+    for args, code in ((["validate", "--all"], 2), (["matrix"], 2), (["lock", "cpu-py311"], 2), (["list"], 0)):
+        res = cli(*args, "--project", str(tmp_path))
+        assert res.code == code, args
+        assert said in res.err and fix in res.err, args
+        assert "envbuild new" not in res.err, args  # a new profile would go where no one looks
+    res = cli("matrix", "--project", str(tmp_path), "--format", "json")
+    assert res.code == 2 and res.out == ""
+
+
 def test_smoke_json_that_cannot_be_written_fails_before_the_run(cli: Cli, project: Path, tmp_path: Path) -> None:
     # before: the run took its minute, then the write failed and the table was never shown
     tmp_path = tmp_path / "out"

@@ -208,12 +208,12 @@ def test_name_parts(name: str, parts: tuple[str, str | None, str]) -> None:
 def test_an_empty_project_points_at_new(cli: Callable[..., Result], empty_project: Path) -> None:
     res = cli("validate", "cu121-py311", "--project", str(empty_project))
     assert res.code == 2
-    assert "no profile 'cu121-py311': profiles/ has no profiles" in res.err
+    assert "no profile 'cu121-py311': profiles/ does not exist" in res.err
     assert "`envbuild new cu121-py311` writes one" in res.err
     for command in ("list", "outdated"):
         listed = cli(command, "--project", str(empty_project))
         assert listed.code == 0 and listed.out == ""
-        assert "no profiles in profiles/: `envbuild new cu126-py312` starts one" in listed.err
+        assert "no profiles: profiles/ does not exist\n  fix: `envbuild new cu126-py312` starts one" in listed.err
 
 
 def test_new_extends_derives_a_variant_of_a_profile_without_asking_an_index(

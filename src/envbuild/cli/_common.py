@@ -54,7 +54,8 @@ TorchIndexOpt = Annotated[
 
 
 def say_no_profiles(proj: Any) -> None:
-    output.err().print(f"no profiles in {proj.rel(proj.profiles_dir)}/: `envbuild new cu126-py312` starts one")
+    why, fix = proj.no_profiles()
+    output.err().print(f"no profiles: {why}\n  fix: {fix}")
 
 
 def profile_table(proj: Any, as_json: bool, report: Any, columns: list[str], rows: list[list[str]]) -> bool:
@@ -92,10 +93,8 @@ def pick_profiles(proj: Any, names: list[str] | None, all_: bool, verb: str) -> 
     if all_:
         chosen += [n for n in proj.profile_names() if n not in chosen]
     if not chosen and all_:
-        raise UsageError(
-            f"nothing to {verb}: {proj.rel(proj.profiles_dir)}/ has no profiles",
-            hint="`envbuild new cu126-py312` starts one, or pass --project DIR",
-        )
+        why, fix = proj.no_profiles()
+        raise UsageError(f"nothing to {verb}: {why}", hint=fix)
     if not chosen:
         raise UsageError(f"nothing to {verb}", hint="name profiles or pass --all")
     return chosen

@@ -130,6 +130,10 @@ def matrix_(
 
     refs.check("--tag", tag, "repository")
     proj = project_at(project)
+    if not proj.profile_names():
+        # an empty matrix fails the CI job that reads it, with the CI's message, not this one
+        why, fix = proj.no_profiles()
+        raise UsageError(f"nothing to put in a CI matrix: {why}", hint=fix)
     if fmt == "github":
         sys.stdout.write(__import__("json").dumps(ci.github_matrix(proj), separators=(",", ":")) + "\n")
     elif fmt == "json":
