@@ -105,11 +105,13 @@ class Project:
         except ValueError:
             return str(path)
 
-    def no_profiles(self) -> tuple[str, str]:
-        """(why the project lists no profiles, the fix) for the message that says so. A `profiles_dir`
-        set in envbuild.toml that names no folder is most likely a typo there, not an empty project."""
+    def no_profiles(
+        self, start: str = "`envbuild new cu126-py312` starts one, or pass --project DIR"
+    ) -> tuple[str, str]:
+        """(why the project lists no profiles, the fix) for the message that says so; `start`: the fix
+        for a project that has none yet. A `profiles_dir` set in envbuild.toml that names no folder is
+        most likely a typo there, not an empty project."""
         where = self.rel(self.profiles_dir)
-        start = "`envbuild new cu126-py312` starts one, or pass --project DIR"
         if self.profiles_dir.is_dir():
             return f"{where}/ has no profiles", start
         if self.config.profiles_dir == ProjectConfig.profiles_dir:
@@ -151,11 +153,9 @@ class Project:
             hint = start or "run `envbuild list` to see them"
         where = self.rel(self.profiles_dir)
         if not names:
-            why, fix = self.no_profiles()
-            if self.profiles_dir.is_dir() or self.config.profiles_dir == ProjectConfig.profiles_dir:
-                fix = "run envbuild in a project folder or pass --project DIR; " + (
-                    start or "`envbuild new NAME` starts one"
-                )
+            why, fix = self.no_profiles(
+                "run envbuild in a project folder or pass --project DIR; " + (start or "`envbuild new NAME` starts one")
+            )
             raise UsageError(f"no profile {name_or_path!r}: {why}", hint=fix)
         raise UsageError(f"no profile {name_or_path!r} in {where}/", hint=hint)
 
