@@ -575,42 +575,32 @@ def bench_lock_speed(runs: int) -> str:
     from envbuild import uvtool
 
     proj = project_copy(LOCKABLE)
+    # the wheelhouse from envbuild.toml, not the command line: the record `validate` and `new` leave
+    # is for `lock NAME` as the user types it (it keeps the torch index out of the figure)
+    (proj / "envbuild.toml").write_text(f"find_links = [{json.dumps(WHEELS)}]\n")
     spy_dir = Path(tempfile.mkdtemp(prefix="bench-uvspy-"))
     spy = spy_dir / "uv"
     spy.write_text(_UV_SPY.format(python=PY, uv=uvtool.binary()))
     spy.chmod(0o755)
     log = spy_dir / "calls.jsonl"
     name = "cpu-py311"
-    lock = ["lock", name, "--upgrade", "--no-apt", "--find-links", WHEELS]
+    lock = ["lock", name, "--upgrade", "--no-apt"]
+    plain = [a for a in lock if a != "--upgrade"]
     envbuild(*lock, cwd=proj, env={"ENVBUILD_UV": str(spy), "BENCH_UV_LOG": str(log)})  # warms the cache too
-    calls = [json.loads(line) for line in log.read_text().splitlines()]
-    first = calls[0]
+    first = json.loads(log.read_text().splitlines()[0])
     args = list(first["args"])
     args[2] = first["input"]
     args[args.index("-o") + 1] = str(spy_dir / "raw.txt")
-
-    def raw() -> None:
-        sh([uvtool.binary(), *args], cwd=spy_dir)
-
-    def raw_typed() -> None:  # as a user types it: uv finds the interpreter itself
-        sh([uvtool.binary(), *_without_python(args)], cwd=spy_dir)
-
-    ours: list[float] = []
-    theirs: list[float] = []
-    theirs_typed: list[float] = []
-    new_runs: list[float] = []
-    unprimed: list[float] = []  # the first re-lock in a folder: no record, so nothing starts early
-    after_first: list[float] = []  # `lock --upgrade` after a plain first lock, which left a record
-    after_new: list[float] = []  # a first lock with the record `envbuild new` leaves
     # What any Python CLI on these libraries pays before it can start uv: the interpreter, then the
     # imports the lock path cannot do without (the CLI, the models, the template, the YAML, the
     # output, version parsing, the lock guard), none of envbuild's own code.
     floor_imports = "import typer, pydantic, jinja2, yaml, rich.console, packaging.requirements, filelock"
-    bare: list[float] = []
-    libs: list[float] = []
     locked = proj / "lockfiles" / name
+    uv_cache = sh([uvtool.binary(), "cache", "dir"]).stdout.strip()  # uv's, kept where XDG_CACHE_HOME moves
+    t: dict[str, list[float]] = {}
 
-    plain = [a for a in lock if a != "--upgrade"]
+    def run(key: str, step: Callable[[], object]) -> None:
+        t.setdefault(key, []).append(timed(step))
 
     def first_lock() -> None:  # no lockfile yet: both uv passes, as a new profile's first lock
         shutil.rmtree(locked, ignore_errors=True)
@@ -619,76 +609,85 @@ def bench_lock_speed(runs: int) -> str:
         envbuild(*plain, cwd=proj)
 
     for _ in range(max(runs, 5)):  # interleaved: the network's mood is shared
-        theirs.append(timed(raw))
-        theirs_typed.append(timed(raw_typed))
-        ours.append(timed(lambda: envbuild(*lock, cwd=proj)))
-        unprimed.append(timed(lambda: envbuild(*lock, cwd=proj, env={"ENVBUILD_LOCK_AHEAD": "0"})))
-        new_runs.append(timed(first_lock))
+        run("raw", lambda: sh([uvtool.binary(), *args], cwd=spy_dir))
+        # as a user types it: uv finds the interpreter itself
+        run("raw_typed", lambda: sh([uvtool.binary(), *_without_python(args)], cwd=spy_dir))
+        run("relock", lambda: envbuild(*lock, cwd=proj))
+        # the first re-lock in a folder: no record, so nothing starts early
+        run("unprimed", lambda: envbuild(*lock, cwd=proj, env={"ENVBUILD_LOCK_AHEAD": "0"}))
+        run("first", first_lock)
         shutil.rmtree(locked, ignore_errors=True)
-        _record_as_new_does(proj, name, plain)
-        after_new.append(timed(lambda: envbuild(*plain, cwd=proj)))
-        after_first.append(timed(lambda: envbuild(*lock, cwd=proj)))  # the re-lock a user types next
-        bare.append(timed(lambda: sh([PY, "-c", "pass"])))
-        libs.append(timed(lambda: sh([PY, "-c", floor_imports])))
-    ratio = statistics.median(ours) / statistics.median(theirs)
-    floor = statistics.median(libs)
-    best = (statistics.median(theirs) + floor) / statistics.median(theirs)
-    first_ratio = statistics.median(new_runs) / statistics.median(theirs)
-    unprimed_ratio = statistics.median(unprimed) / statistics.median(theirs)
-    after_ratio = statistics.median(after_first) / statistics.median(theirs)
-    typed_ratio = statistics.median(new_runs) / statistics.median(theirs_typed)
-    new_ratio = statistics.median(after_new) / statistics.median(theirs)
+        envbuild("validate", name, cwd=proj)  # a hand-written profile checked before its first lock
+        run("after_validate", lambda: envbuild(*plain, cwd=proj))
+        run("after_first", lambda: envbuild(*lock, cwd=proj))  # the re-lock a user types next
+        # a fresh clone: lockfiles fresh, and no record of this folder in a cache of its own
+        clone = {"XDG_CACHE_HOME": tempfile.mkdtemp(prefix="bench-clone-"), "UV_CACHE_DIR": uv_cache}
+        run("validating", functools.partial(envbuild, "validate", name, cwd=proj, env=clone))
+        run("clone", functools.partial(envbuild, *lock, cwd=proj, env=clone))
+        run("bare", lambda: sh([PY, "-c", "pass"]))
+        run("libs", lambda: sh([PY, "-c", floor_imports]))
+    med = {key: statistics.median(series) for key, series in t.items()}
+    x = {key: med[key] / med["raw"] for key in med}  # each as a multiple of the raw call
+
+    def row(label: str, key: str) -> str:
+        return f"| {label} | {med[key]:.2f} | {', '.join(f'{v:.2f}' for v in t[key])} |"
+
     # the whole matrix from a cold uv cache, as `lock --all` runs it (concurrently)
     cold_cache = {"UV_CACHE_DIR": tempfile.mkdtemp(prefix="bench-uv-")}
     t0 = time.perf_counter()
-    matrix = envbuild(
-        "lock", *LOCKABLE, "--upgrade", "--no-apt", "--json", "--find-links", WHEELS, cwd=proj, env=cold_cache
-    )
+    matrix = envbuild("lock", *LOCKABLE, "--upgrade", "--no-apt", "--json", cwd=proj, env=cold_cache)
     wall = time.perf_counter() - t0
     each = {o["profile"]: o["seconds"] for o in json.loads(matrix.stdout)}
     lines = [
         "## Lock at the speed of uv; the whole matrix at once",
         "",
         f"`envbuild lock {name} --upgrade` against the `uv pip compile` call it makes (captured through "
-        f"ENVBUILD_UV: same inputs, same flags, same warm cache), interleaved, {len(ours)} runs each. envbuild "
-        "makes one uv call when the resolution is the one the lockfiles already hold (their pylock.toml is "
-        "kept), two when it changed or there is no lockfile yet: the resolve, then pylock.toml from uv's "
-        "cache (`--offline`). A re-lock typed again in the same folder starts last time's uv call before the "
-        "CLI has loaded and takes its result when it is the very call needed (`lockahead`); the first re-lock "
-        "in a folder has no record to start from (measured with ENVBUILD_LOCK_AHEAD=0, the same path); a "
-        "plain first lock (`lock NAME`, as a new profile gets it) records the call of its `--upgrade`.",
+        f"ENVBUILD_UV: same inputs, same flags, same warm cache), interleaved, {len(t['raw'])} runs each. "
+        "envbuild makes one uv call when the resolution is the one the lockfiles already hold (their "
+        "pylock.toml is kept), two when it changed or there is no lockfile yet: the resolve, then pylock.toml "
+        "from uv's cache (`--offline`). A re-lock typed again in the same folder starts last time's uv call "
+        "before the CLI has loaded and takes its result when it is the very call needed (`lockahead`); the "
+        "first re-lock in a folder has no record to start from (measured with ENVBUILD_LOCK_AHEAD=0, the same "
+        "path); a plain first lock (`lock NAME`, as a new profile gets it) records the call of its "
+        "`--upgrade`. `envbuild validate NAME` (as `envbuild new`) records the call of the lock that comes "
+        "next: the plain lock where the lockfiles are missing or stale, the `--upgrade` where they are fresh "
+        "and the folder has no record yet. The wheelhouse is envbuild.toml's `find_links`.",
         "",
         "| | median (s) | runs (s) |",
         "|---|---|---|",
-        f"| raw `uv pip compile` | {statistics.median(theirs):.2f} | {', '.join(f'{t:.2f}' for t in theirs)} |",
-        f"| raw `uv pip compile`, without the `--python` envbuild passes (uv finds one: {_found_python()}) | "
-        f"{statistics.median(theirs_typed):.2f} | {', '.join(f'{t:.2f}' for t in theirs_typed)} |",
-        f"| `envbuild lock --upgrade`, nothing new | {statistics.median(ours):.2f} | "
-        f"{', '.join(f'{t:.2f}' for t in ours)} |",
-        f"| `envbuild lock --upgrade`, nothing new, first time in this folder | {statistics.median(unprimed):.2f} | "
-        f"{', '.join(f'{t:.2f}' for t in unprimed)} |",
-        f"| `envbuild lock` (no --upgrade), no lockfile yet | {statistics.median(new_runs):.2f} | "
-        f"{', '.join(f'{t:.2f}' for t in new_runs)} |",
-        f"| `envbuild lock --upgrade` right after that first lock | {statistics.median(after_first):.2f} | "
-        f"{', '.join(f'{t:.2f}' for t in after_first)} |",
-        f"| `envbuild lock` (no --upgrade), no lockfile yet, after `envbuild new` (its record) | "
-        f"{statistics.median(after_new):.2f} | {', '.join(f'{t:.2f}' for t in after_new)} |",
-        f"| `python -c pass` | {statistics.median(bare):.2f} | {', '.join(f'{t:.2f}' for t in bare)} |",
-        f"| `python -c '{floor_imports}'` | {floor:.2f} | {', '.join(f'{t:.2f}' for t in libs)} |",
+        row("raw `uv pip compile`", "raw"),
+        row(
+            f"raw `uv pip compile`, without the `--python` envbuild passes (uv finds one: {_found_python()})",
+            "raw_typed",
+        ),
+        row("`envbuild lock --upgrade`, nothing new", "relock"),
+        row("`envbuild lock --upgrade`, nothing new, first time in this folder", "unprimed"),
+        row("`envbuild lock` (no --upgrade), no lockfile yet", "first"),
+        row("`envbuild lock --upgrade` right after that first lock", "after_first"),
+        row(
+            f"`envbuild lock` (no --upgrade), no lockfile yet, after `envbuild validate {name}` (its record; "
+            "`new` leaves the same)",
+            "after_validate",
+        ),
+        row(f"`envbuild validate {name}` in a fresh clone (it records the re-lock)", "validating"),
+        row("`envbuild lock --upgrade`, nothing new, in a fresh clone after that `validate`", "clone"),
+        row("`python -c pass`", "bare"),
+        row(f"`python -c '{floor_imports}'`", "libs"),
         "",
-        f"Ratio: **{ratio:.2f}x** re-locking (goal <= 1.3x: {'meets' if ratio <= 1.3 else 'misses'}); "
-        f"**{unprimed_ratio:.2f}x** for the first re-lock in a folder with no record (a fresh clone), "
-        f"**{after_ratio:.2f}x** for the re-lock right after a first lock (it left a record), "
-        f"**{first_ratio:.2f}x** for a first lock (two uv calls), **{new_ratio:.2f}x** for the first lock "
-        "after `envbuild new` (it started the resolve early); the first lock without a record is "
-        f"**{typed_ratio:.2f}x** the raw call typed without `--python`. envbuild names its own interpreter to "
-        "uv where no build for another Python can follow (`uvtool.interpreter`): uv then skips its "
-        "discovery, which on a pyenv host runs a shim on every call, so the raw call with envbuild's flags "
-        "is itself faster than the one a user types.",
+        f"Ratio: **{x['relock']:.2f}x** re-locking (goal <= 1.3x: {'meets' if x['relock'] <= 1.3 else 'misses'}); "
+        f"**{x['unprimed']:.2f}x** for the first re-lock in a folder with no record (a fresh clone), "
+        f"**{x['clone']:.2f}x** for that re-lock after `validate` in the clone, "
+        f"**{x['after_first']:.2f}x** for the re-lock right after a first lock (it left a record), "
+        f"**{x['first']:.2f}x** for a first lock (two uv calls), **{x['after_validate']:.2f}x** for the first "
+        "lock after `validate` or `new` (they started its resolve early); the first lock without a record is "
+        f"**{med['first'] / med['raw_typed']:.2f}x** the raw call typed without `--python`. envbuild names its "
+        "own interpreter to uv where no build for another Python can follow (`uvtool.interpreter`): uv then "
+        "skips its discovery, which on a pyenv host runs a shim on every call, so the raw call with envbuild's "
+        "flags is itself faster than the one a user types.",
         "",
-        f"Without the early start, the floor: a Python program that only imports the libraries the lock path "
-        f"needs, then starts the same uv call, would take {best:.2f}x the raw call ({floor:.2f} s of imports "
-        "before uv starts), before it reads a profile.",
+        "Without the early start, the floor: a Python program that only imports the libraries the lock path "
+        f"needs, then starts the same uv call, would take {1 + med['libs'] / med['raw']:.2f}x the raw call "
+        f"({med['libs']:.2f} s of imports before uv starts), before it reads a profile.",
         "",
         f"The shipped matrix ({len(LOCKABLE)} profiles) from a cold uv cache, `lock` running them 4 at a time: "
         f"**{wall:.1f} s** wall; each: "
@@ -705,25 +704,6 @@ def _without_python(args: list[str]) -> list[str]:
         return list(args)
     at = args.index("--python")
     return [*args[:at], *args[at + 2 :]]
-
-
-def _record_as_new_does(proj: Path, name: str, argv: list[str]) -> None:
-    """The record `envbuild new` leaves for the first lock it names, made by the same function for
-    `argv` (new's is `lock NAME`; the bench's adds --no-apt and the wheelhouse, which keep the
-    engine and the torch index out of the figure)."""
-    from envbuild import plan as plan_mod
-    from envbuild import validate, venvlock
-    from envbuild.lockopts import LockOptions
-    from envbuild.project import open_project
-
-    project = open_project(str(proj))
-    options = LockOptions(find_links=(WHEELS,)).plan_options()
-    here = Path.cwd()
-    os.chdir(proj)  # a record is kept per folder, as the user's shell is in it
-    try:
-        venvlock.record_first_lock(project, plan_mod.make(project, validate.load_named(project, name), options), argv)
-    finally:
-        os.chdir(here)
 
 
 def _found_python() -> str:

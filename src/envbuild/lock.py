@@ -18,7 +18,7 @@ from envbuild.plan import Plan
 from envbuild.profile import Profile
 from envbuild.project import Project
 
-__all__ = ["LockOptions", "LockOutcome", "check", "lock_many", "lock_one", "prepare_first"]
+__all__ = ["LockOptions", "LockOutcome", "check", "lock_many", "lock_one", "prepare_next", "prepare_validated"]
 
 
 def check(project: Project, names: Sequence[str]) -> list[StaleLock]:
@@ -32,17 +32,37 @@ def check(project: Project, names: Sequence[str]) -> list[StaleLock]:
     return stale
 
 
-def prepare_first(project: Project, prof: Profile) -> None:
-    """After `new` wrote (and validated) profile `prof`: record the resolve its first `envbuild lock
-    NAME` (typed as `new` says, in this folder) will make, so that it starts while that command loads
-    (lockahead). Best effort: a profile that cannot be planned here only starts nothing early."""
+def prepare_next(project: Project, prof: Profile) -> None:
+    """After `new` wrote, or `validate` checked, profile `prof` (valid): record the resolve of the
+    lock a user types next in this folder, so that it starts while that command loads (lockahead).
+    Where the lockfiles are missing or stale (a new or edited profile), that is the plain
+    `envbuild lock NAME`; where they are fresh, `lock NAME --upgrade`, unless a record for it is
+    there already (a lock here keeps its own: this is for a fresh clone). Best effort: a profile
+    that cannot be planned here only starts nothing early."""
     from envbuild import lockahead
 
     if not lockahead.enabled() or prof.flavor != "venv":
         return
     with contextlib.suppress(EnvbuildError, OSError):
         plan = plan_mod.make(project, prof, LockOptions().plan_options())
-        venvlock.record_first_lock(project, plan, ["lock", prof.name])
+        argv = ["lock", prof.name]
+        if freshness.query(project, plan, with_apt=False).fresh:  # apt.lock's own staleness resolves no Python
+            argv.append("--upgrade")
+            if lockahead.recorded(argv):
+                return
+        venvlock.record_next_lock(project, plan, argv)
+
+
+def prepare_validated(project: Project, checked: Sequence[profilefile.Loaded]) -> None:
+    """`prepare_next` for each valid profile `validate` checked, of the project's own files (`lock
+    NAME` reads that one): a profile just validated is usually locked next (hand-written or edited),
+    or re-locked (a fresh clone)."""
+    for loaded in checked:
+        if loaded.errors or loaded.profile is None:
+            continue
+        own = project.profiles_dir / f"{loaded.profile.name}.yaml"
+        if own.is_file() and own.resolve() == loaded.path.resolve():
+            prepare_next(project, loaded.profile)
 
 
 def lock_one(project: Project, name: str, opts: LockOptions, events: LockEvents | None = None) -> LockOutcome:

@@ -5,7 +5,8 @@ Jinja, rich) before envbuild can work out which uv call to make, and a warm uv r
 0.3 s: most of what a user waited for was envbuild, not the resolver. A re-lock typed again in the
 same folder with the same arguments almost always makes the same uv call as last time, so the entry
 point starts that call at once, from a record the last such run left, and the imports run beside it.
-A new profile's first lock starts early too: `envbuild new` records the call it will make.
+A new profile's first lock starts early too: `envbuild new` records the call it will make, and
+`envbuild validate` the call of the lock that comes next (a changed profile's, a fresh clone's).
 
 The record is only a guess of what to start, never an input to a lock: the lock path works out its
 call as it always does and takes the early run's result only when it is that very call (the same
@@ -28,7 +29,7 @@ import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import subprocess
@@ -117,10 +118,16 @@ def _records() -> Path:
     return tmpdirs.cache_home() / "lock-ahead"
 
 
+# Options of `lock` that change nothing of its uv call: a command line with or without them keeps
+# one record (a plain `lock NAME` records the call of its `--upgrade`; the record `validate` leaves
+# for `lock NAME` serves `lock NAME --no-apt`).
+_SAME_CALL = frozenset({"--upgrade", "--apt", "--no-apt", "--json", "--dry-run"})
+
+
 def _record_path(argv: Sequence[str]) -> Path:
-    """Where the record of a command line is kept: one per folder and command line, wherever
-    --upgrade stands in it (a plain `lock NAME` records the call of its `--upgrade`)."""
-    line = [a for a in argv if a != "--upgrade"]
+    """Where the record of a command line is kept: one per folder and command line, wherever the
+    options that change nothing of the uv call stand in it."""
+    line = [a for a in argv if a not in _SAME_CALL]
     key = hashlib.sha256(json.dumps([os.getcwd(), line]).encode()).hexdigest()[:32]
     return _records() / f"{key}.json"
 
@@ -133,10 +140,10 @@ def enabled() -> bool:
 def _form(argv: Sequence[str]) -> str:
     """ "relock": `lock` with --upgrade or -P, one profile, not --check: a re-lock always resolves,
     so it may start early. "plain": a plain `lock` of one profile, which resolves only when the
-    profile changed or has no lockfile yet: it starts only a call `new` recorded for a new
-    profile's first lock (elsewhere an early resolve would mostly take CPU from a lock that
-    resolves nothing), and records the call of the `lock NAME --upgrade` its lockfile's header
-    names. "": neither."""
+    profile changed or has no lockfile yet: it starts only a call recorded for it while the profile
+    was new or changed (`new`, `validate`; elsewhere an early resolve would mostly take CPU from a
+    lock that resolves nothing), and records the call of the `lock NAME --upgrade` its lockfile's
+    header names. "": neither."""
     if not enabled() or not argv or argv[0] != "lock":
         return ""
     if "--check" in argv or "--all" in argv:
@@ -153,6 +160,25 @@ def _listing(work: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(work.iterdir()) if p.is_file()}
 
 
+def _own_record(argv: Sequence[str], form: str) -> dict[str, Any] | None:
+    """The record `argv` (of `form`) would start here, or None. A plain lock starts only a record
+    made for it before it was typed (`new`, `validate`: the profile is new or changed, so the lock
+    resolves); one of a profile already locked resolves nothing, and would only lose CPU to it."""
+    try:
+        record = json.loads(_record_path(argv).read_text("utf-8"))
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: no home
+        return None
+    if not isinstance(record, dict) or (form == "plain") != (record.get("first") is True):
+        return None
+    return record
+
+
+def recorded(argv: Sequence[str]) -> bool:
+    """Whether `argv`, typed in this folder, would find a record of its own to start."""
+    form = _form(argv)
+    return bool(form) and _own_record(argv, form) is not None
+
+
 def start(argv: Sequence[str]) -> None:
     """Start the uv call the last run of this command line made here, if there is a record of it.
     Never fails: a missing, unreadable or odd record starts nothing."""
@@ -160,17 +186,15 @@ def start(argv: Sequence[str]) -> None:
     if not form:
         return
     _state["argv" if form == "relock" else "plain"] = list(argv)
+    record = _own_record(argv, form)
+    if record is None:
+        return
     try:
-        record = json.loads(_record_path(argv).read_text("utf-8"))
-        # A plain lock starts only the call `new` recorded for a new profile's first lock (one of
-        # a profile already locked resolves only when it changed, and would only lose CPU to it).
-        if (form == "plain") != (record.get("first") is True):
-            return
         args = [str(a) for a in record["args"]]
         files = {str(k): str(v).encode() for k, v in record["files"].items()}
         for name, source in record["seeds"].items():
             files[str(name)] = Path(str(source)).read_bytes()  # gone: nothing to start
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError):  # RuntimeError: no home
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return
     import subprocess  # only where something is started: `--help` and the rest never pay for it
 
@@ -257,12 +281,14 @@ def remember(
         _record(plain, relock(), work, {}, leave=output.name if output else "")
 
 
-def record_first(argv: Sequence[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None:
-    """Record `args` (in `work`) as the call a new profile's first lock, the plain `argv`, will make
-    here: `new` knows it before the user types it. That lock starts it early, and its own record
-    then replaces this one."""
-    if _form(argv) == "plain":
-        _record(list(argv), args, work, seeds, first=True)
+def record_next(argv: Sequence[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None:
+    """Record `args` (in `work`) as the call the lock `argv` will make here, worked out before the
+    user types it (`new`, `validate`): a plain `lock NAME` of a new or changed profile, or the
+    `lock NAME --upgrade` of a fresh lockfile in a folder that has no record for it yet (a fresh
+    clone). That lock starts it early, and its own record then replaces this one."""
+    form = _form(argv)
+    if form:
+        _record(list(argv), args, work, seeds, first=form == "plain")
 
 
 def _record(

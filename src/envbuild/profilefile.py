@@ -69,6 +69,15 @@ class Loaded:
     def warnings(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity == "warning"]
 
+    def report(self) -> dict[str, Any]:
+        """This file's entry in `validate --json`."""
+        return {
+            "file": self.shown,
+            "valid": not self.errors,
+            "errors": [d.as_dict() for d in self.errors],
+            "warnings": [d.as_dict() for d in self.warnings],
+        }
+
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)

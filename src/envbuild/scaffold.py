@@ -284,7 +284,7 @@ def create(
     from envbuild import lock  # its resolver's modules: only once the profile is written
 
     if loaded.profile is not None:  # the file just written, as validated: the lock's first call starts early
-        lock.prepare_first(project, loaded.profile)
+        lock.prepare_next(project, loaded.profile)
     warnings = [d.render() for d in loaded.warnings]
     return Created(target, text, choice, warnings, [*choice.notes, *_source_notes(loaded.profile, project)])
 

@@ -161,16 +161,17 @@ def _first_call(
     return _compile_args(pyproject, out, plan, platform, opts), seeds, pyproject, out
 
 
-def record_first_lock(project: Project, plan: Plan, argv: list[str]) -> None:
-    """Record, for `lockahead`, the resolve that `argv` (the profile's first `lock NAME`, as `new`
-    tells the user to type it) will make in this folder, so that it starts before that command's
-    CLI has loaded. Worked out by the same code as the lock's own call, from the same inputs."""
+def record_next_lock(project: Project, plan: Plan, argv: list[str]) -> None:
+    """Record, for `lockahead`, the resolve that `argv` (`lock NAME`, or `lock NAME --upgrade`,
+    with the plan's options) will make in this folder, so that it starts before that command's CLI
+    has loaded. Worked out by the same code as the lock's own call, from the same inputs."""
     platform = plan.platforms[0]
     own = lock_dir(project, plan.name) / lock_names(platform)[0]
     theirs, _ = _pins_to_keep(project, plan, own)
+    opts = LockOptions(upgrade="--upgrade" in argv)
     with tmpdirs.private("lock") as tmp:
-        args, seeds, _, _ = _first_call(plan, platform, LockOptions(), own, Path(tmp), theirs)
-        lockahead.record_first(argv, args, Path(tmp), seeds)
+        args, seeds, _, _ = _first_call(plan, platform, opts, own, Path(tmp), theirs)
+        lockahead.record_next(argv, args, Path(tmp), seeds)
 
 
 def _resolve_platform(

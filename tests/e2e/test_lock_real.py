@@ -641,3 +641,41 @@ def test_the_first_lock_after_new_resolves_while_its_cli_loads_and_writes_the_sa
         locked = folder / "lockfiles" / "cu121-py311"
         written[ahead] = {p.name: p.read_bytes() for p in locked.iterdir() if p.name != "apt.lock"}
     assert written["1"] == written["0"] and "requirements.lock" in written["1"]
+
+
+def test_a_lock_after_validate_resolves_while_its_cli_loads_and_writes_the_same_lockfiles(tmp_path: Path) -> None:
+    """A hand-edited profile, checked with `validate` before its lock, and the first re-lock in a
+    fresh clone (its lockfiles fresh, nothing recorded in that folder) started nothing early.
+    `validate` now records the call of the lock that comes next, and the lockfiles are byte for
+    byte those of locks that started nothing early."""
+    log, env = _spied(tmp_path)
+
+    def early_calls(command: list[str], where: Path, run_env: dict[str, str]) -> int:
+        """How many of `command`'s uv calls had started before its CLI loaded, after `validate`."""
+        checked = envbuild("validate", "cu121-py311", cwd=where, env=run_env)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        log.unlink(missing_ok=True)
+        done = envbuild(*command, "cu121-py311", "--no-apt", cwd=where, env=run_env)
+        assert done.returncode == 0, done.stderr
+        ran_in = [Path(line.split()[0]).name for line in log.read_text().splitlines()]
+        return len([d for d in ran_in if d.startswith("envbuild-lock-ahead-")])
+
+    written = {}
+    for ahead in ("0", "1"):
+        run_env = {**env, "ENVBUILD_LOCK_AHEAD": ahead}
+        folder = tmp_path / f"ahead-{ahead}"
+        folder.mkdir()
+        assert envbuild("new", "cu121-py311", "--torch", "2.3", cwd=folder, env=run_env).returncode == 0
+        assert envbuild("lock", "cu121-py311", "--no-apt", cwd=folder, env=run_env).returncode == 0
+        profile = folder / "profiles" / "cu121-py311.yaml"
+        profile.write_text(profile.read_text() + 'packages: ["einops==0.8.0"]\n')  # edited by hand
+        assert early_calls(["lock"], folder, run_env) == (ahead == "1")
+        clone = tmp_path / f"clone-{ahead}"
+        shutil.copytree(folder, clone, ignore=shutil.ignore_patterns(".envbuild"))
+        assert early_calls(["lock", "--upgrade"], clone, run_env) == (ahead == "1")
+        for where in (folder, clone):
+            locked = where / "lockfiles" / "cu121-py311"
+            written[(ahead, where.name[:5])] = {p.name: p.read_bytes() for p in locked.iterdir()}
+    assert written[("1", "ahead")] == written[("0", "ahead")]
+    assert written[("1", "clone")] == written[("0", "clone")]
+    assert b"einops==0.8.0" in written[("1", "ahead")]["requirements.lock"]

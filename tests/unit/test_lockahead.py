@@ -7,13 +7,15 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from envbuild import lockahead, uvtool
 from envbuild.errors import LockError
+
+from ..conftest import Result
 
 RELOCK = ["lock", "cpu-py311", "--upgrade", "--no-apt"]
 
@@ -323,7 +325,7 @@ def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake:
         assert seeds == {}  # a first lock: nothing kept from a lockfile
         return args, work, out
 
-    lock.prepare_first(project, validate.load_named(project, "cu121-py311"))
+    lock.prepare_next(project, validate.load_named(project, "cu121-py311"))
     lockahead.start(["lock", "cu121-py311", "--upgrade"])  # not the command `new` named: nothing
     assert "early" not in lockahead._state
     lockahead.drop()
@@ -334,7 +336,7 @@ def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake:
     assert out.read_text().endswith("resolved\n") and not early.work.exists()
     lockahead.drop()
     # the profile edited between `new` and the lock: the early call is not the lock's; thrown away
-    lock.prepare_first(project, validate.load_named(project, "cu121-py311"))
+    lock.prepare_next(project, validate.load_named(project, "cu121-py311"))
     edited = Path.cwd() / "profiles" / "cu121-py311.yaml"
     edited.write_text(edited.read_text().replace("einops==0.8.1", "einops==0.8.0"))
     lockahead.start(["lock", "cu121-py311"])
@@ -350,3 +352,64 @@ def test_new_records_the_first_lock_it_names_and_that_lock_starts_it_early(fake:
     lockahead.drop()
     lockahead.start(["lock", "cu121-py311"])
     assert "early" not in lockahead._state
+
+
+def test_validate_records_the_lock_that_comes_next_and_that_lock_starts_it_early(
+    fake: Path, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """A hand-written profile's first lock, and the first re-lock in a fresh clone, started nothing
+    early: no record. A user checks a profile before locking it, so `validate` records the call of
+    the lock that comes next, worked out by the lock's own code: the plain `lock NAME` where the
+    lockfiles are missing or stale, `lock NAME --upgrade` where they are fresh and no record is
+    there. Options that change nothing of the uv call (`--no-apt`) share the record."""
+    import shutil
+
+    from envbuild import plan as plan_mod
+    from envbuild import validate, venvlock
+    from envbuild.lockopts import LockOptions
+    from envbuild.project import open_project
+
+    from ..conftest import REPO
+
+    shutil.copytree(REPO / "profiles", Path.cwd() / "profiles")
+    shutil.copytree(REPO / "checks", Path.cwd() / "checks")
+    project = open_project(str(Path.cwd()))
+    name = "cu121-py311"
+
+    def lock_call(folder: str, opts: LockOptions) -> tuple[list[str], Path]:
+        """The first uv call `lock NAME` (with `opts`) works out, in a new folder."""
+        plan = plan_mod.make(project, validate.load_named(project, name), LockOptions().plan_options())
+        work = tmp_path / folder
+        work.mkdir()
+        own = project.lockfiles_dir / name / "requirements.lock"
+        args, _, _, _ = venvlock._first_call(plan, "x86_64", opts, own, work, None)
+        return args, work
+
+    # no lockfile: the plain lock resolves, and starts what validate recorded
+    assert cli("validate", name).code == 0
+    lockahead.start(["lock", name, "--no-apt"])
+    early = _early()
+    args, work = lock_call("first", LockOptions())
+    assert uvtool.ran_early(args, error=LockError, cwd=work) and not early.work.exists()
+    lockahead.drop()
+    # a fresh lockfile (a fresh clone: no record here): validate records the re-lock instead
+    shutil.copytree(REPO / "lockfiles" / name, project.lockfiles_dir / name)
+    assert cli("validate", name).code == 0
+    lockahead.start(["lock", name, "--no-apt"])  # the plain lock of a fresh profile resolves nothing
+    assert "early" not in lockahead._state
+    lockahead.drop()
+    lockahead.start(["lock", name, "--upgrade"])
+    early = _early()
+    args, work = lock_call("relock", LockOptions(upgrade=True))
+    assert uvtool.ran_early(args, error=LockError, cwd=work) and not early.work.exists()
+    lockahead.drop()
+    # the record a lock keeps is left as it is: validate writes only where there is none
+    record = lockahead._record_path(["lock", name])
+    record.write_text(record.read_text().replace('"--upgrade"', '"--upgrade", "--kept"'))
+    assert cli("validate", name).code == 0
+    assert '"--kept"' in record.read_text()
+    # an invalid profile records nothing
+    record.unlink()
+    (Path.cwd() / "profiles" / f"{name}.yaml").write_text("name: cu121-py311\npython: '2.7'\n")
+    assert cli("validate", name).code != 0
+    assert not record.exists()

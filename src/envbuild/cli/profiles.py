@@ -115,20 +115,7 @@ def validate(
         results.append(v.check(path, proj.rel(path), proj.root))
     failed = [r for r in results if r.errors or (strict and r.warnings)]
     if as_json:
-        output.emit_json(
-            {
-                "valid": not failed,
-                "profiles": [
-                    {
-                        "file": r.shown,
-                        "valid": not r.errors,
-                        "errors": [d.as_dict() for d in r.errors],
-                        "warnings": [d.as_dict() for d in r.warnings],
-                    }
-                    for r in results
-                ],
-            }
-        )
+        output.emit_json({"valid": not failed, "profiles": [r.report() for r in results]})
     else:
         con = output.out()
         for r in results:
@@ -138,6 +125,9 @@ def validate(
                 con.print(output.styled(("warning", "yellow"), " ", d.render()))
         ok = len(results) - len(failed)
         con.print(f"{ok} of {len(results)} profile(s) valid")
+    from envbuild import lock
+
+    lock.prepare_validated(proj, results)  # the lock that comes next starts early (lockahead)
     if failed:
         raise ProfileError(f"{len(failed)} profile(s) invalid: {', '.join(r.shown for r in failed)}")
 
