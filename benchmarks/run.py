@@ -336,15 +336,16 @@ def bench_smoke(runs: int) -> str:
     lines = [
         "## Smoke: the CPU smoke test in its container",
         "",
-        f"Wall time of `envbuild smoke` (container start to removal), median of {runs}: **{wall:.1f} s** "
-        f"(runs: {', '.join(f'{r:.1f}' for r in wall_runs)}; goal < 20 s).",
+        "Wall time of `envbuild smoke` (container start to removal) on the image just built, the run a "
+        f"`build` makes: **{wall_runs[0]:.1f} s** the first time (goal < 20 s); median of {runs}: {wall:.1f} s "
+        f"(runs: {', '.join(f'{r:.1f}' for r in wall_runs)}).",
         "",
-        "| check | median (s) | status |",
-        "|---|---|---|",
+        "| check | first run (s) | median (s) | status |",
+        "|---|---|---|---|",
     ]
     for name, secs in checks.items():
         status = reports[-1]["checks"][[c["name"] for c in reports[-1]["checks"]].index(name)]["status"]
-        lines.append(f"| {name} | {statistics.median(secs):.2f} | {status} |")
+        lines.append(f"| {name} | {secs[0]:.2f} | {statistics.median(secs):.2f} | {status} |")
     return "\n".join(lines)
 
 
