@@ -170,7 +170,19 @@ def _own_record(argv: Sequence[str], form: str) -> dict[str, Any] | None:
         return None
     if not isinstance(record, dict) or (form == "plain") != (record.get("first") is True):
         return None
+    watch = record.get("watch")
+    if form == "plain" and isinstance(watch, dict) and _stamp(Path(str(watch.get("path")))) != watch.get("stamp"):
+        return None  # locked since it was recorded (`lock --all`, a pull): a plain lock may resolve nothing
     return record
+
+
+def _stamp(path: Path) -> list[int] | None:
+    """A file's size and modification time, None where it is missing: what a write changes."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
 
 
 def recorded(argv: Sequence[str]) -> bool:
@@ -281,18 +293,29 @@ def remember(
         _record(plain, relock(), work, {}, leave=output.name if output else "")
 
 
-def record_next(argv: Sequence[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path]) -> None:
+def record_next(
+    argv: Sequence[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path], lockfile: Path
+) -> None:
     """Record `args` (in `work`) as the call the lock `argv` will make here, worked out before the
     user types it (`new`, `validate`): a plain `lock NAME` of a new or changed profile, or the
     `lock NAME --upgrade` of a fresh lockfile in a folder that has no record for it yet (a fresh
-    clone). That lock starts it early, and its own record then replaces this one."""
+    clone). That lock starts it early, and its own record then replaces this one. A plain lock's
+    record holds while `lockfile` (the one whose rename makes a lock current) is as it is now: a
+    lock that kept no record (`lock --all`) leaves a profile a plain lock would not resolve."""
     form = _form(argv)
     if form:
-        _record(list(argv), args, work, seeds, first=form == "plain")
+        _record(list(argv), args, work, seeds, first=form == "plain", watch=lockfile)
 
 
 def _record(
-    argv: list[str], args: Sequence[str], work: Path, seeds: Mapping[str, Path], leave: str = "", first: bool = False
+    argv: list[str],
+    args: Sequence[str],
+    work: Path,
+    seeds: Mapping[str, Path],
+    *,
+    leave: str = "",
+    first: bool = False,
+    watch: Path | None = None,
 ) -> None:
     files = {
         p.name: p.read_text("utf-8")
@@ -306,6 +329,8 @@ def _record(
     }
     if first:
         record["first"] = True
+        if watch is not None:
+            record["watch"] = {"path": str(watch.resolve()), "stamp": _stamp(watch)}
     text = json.dumps(record, indent=1, sort_keys=True)
     import re
 

@@ -171,7 +171,7 @@ def record_next_lock(project: Project, plan: Plan, argv: list[str]) -> None:
     opts = LockOptions(upgrade="--upgrade" in argv)
     with tmpdirs.private("lock") as tmp:
         args, seeds, _, _ = _first_call(plan, platform, opts, own, Path(tmp), theirs)
-        lockahead.record_next(argv, args, Path(tmp), seeds)
+        lockahead.record_next(argv, args, Path(tmp), seeds, own)
 
 
 def _resolve_platform(

@@ -392,8 +392,14 @@ def test_validate_records_the_lock_that_comes_next_and_that_lock_starts_it_early
     args, work = lock_call("first", LockOptions())
     assert uvtool.ran_early(args, error=LockError, cwd=work) and not early.work.exists()
     lockahead.drop()
-    # a fresh lockfile (a fresh clone: no record here): validate records the re-lock instead
+    # locked since by a lock that keeps no record (`lock --all`): the plain lock, which would
+    # resolve nothing now, starts nothing
+    assert cli("validate", name).code == 0
     shutil.copytree(REPO / "lockfiles" / name, project.lockfiles_dir / name)
+    lockahead.start(["lock", name])
+    assert "early" not in lockahead._state
+    lockahead.drop()
+    # a fresh lockfile (a fresh clone: no record here): validate records the re-lock instead
     assert cli("validate", name).code == 0
     lockahead.start(["lock", name, "--no-apt"])  # the plain lock of a fresh profile resolves nothing
     assert "early" not in lockahead._state
