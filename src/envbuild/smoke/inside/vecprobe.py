@@ -67,11 +67,8 @@ def result() -> dict[str, Any]:
     if not _running:
         return {}
     child = _running.pop()
-    try:
-        out, _ = child.communicate(timeout=WAIT_S)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
+    out = _wait(child)
+    if out is None:
         return {}
     seconds, _, isa = out.strip().partition(" ")
     if child.returncode != 0 or not isa:
@@ -89,8 +86,14 @@ def finish(interrupted: bool = False) -> None:
         child = _running.pop()
         if interrupted:
             child.kill()
-        try:
-            child.communicate(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.communicate()
+        _wait(child)
+
+
+def _wait(child: subprocess.Popen[str]) -> str | None:
+    """What the probe printed once it ended; None for one that ran past WAIT_S (then stopped)."""
+    try:
+        return child.communicate(timeout=WAIT_S)[0]
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        return None
