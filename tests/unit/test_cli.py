@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from envbuild.smoke.inside.report import only_names
+
 from ..conftest import REPO, Result
 
 Cli = Callable[..., Result]
@@ -722,3 +724,12 @@ def test_smoke_only_with_a_name_that_is_no_check_is_refused_before_anything_runs
     res = cli("smoke", *args, "--project", str(project))
     assert res.code == 2, res.err
     assert "no such check; the checks are versions, integrity" in res.err and fix in res.err
+
+
+def test_smoke_only_takes_a_comma_separated_list_and_names_the_one_wrong_entry(cli: Cli, project: Path) -> None:
+    """`--only versions,dpp` as most CLIs take a list: each entry is checked on its own, so the error
+    names the misspelt one, not the whole string."""
+    res = cli("smoke", "cpu-py311", "--only", "versions, dpp", "--project", str(project))
+    assert res.code == 2, res.err
+    assert "--only 'dpp': no such check" in res.err and "fix: envbuild smoke cpu-py311 --only ddp" in res.err
+    assert only_names(["versions,integrity", " ddp ,versions", ","]) == ["versions", "integrity", "ddp"]

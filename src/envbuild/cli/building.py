@@ -200,7 +200,8 @@ def smoke(
         list[str] | None,
         typer.Option(
             "--only",
-            help="Run only this check (repeatable): versions, ddp, compile, ..., or check:FILE for a profile's own.",
+            help="Run only these checks (repeatable or comma-separated): versions, ddp, compile, ..., or check:FILE "
+            "for a profile's own.",
             show_default=False,
         ),
     ] = None,
@@ -212,9 +213,11 @@ def smoke(
     from envbuild.errors import SmokeFailed, UsageError
     from envbuild.names import SMOKE_SHM_SIZE
     from envbuild.smoke import host, options
+    from envbuild.smoke.inside.report import only_names
 
     _check_positive_seconds("--timeout", timeout, 600)
     refs.check("--tag", tag, "repository")
+    only = only_names(only)
     options.check(
         local,
         target,
@@ -224,7 +227,7 @@ def smoke(
         shm_size=shm_size,
         ipc_host=ipc_host,
         tag=tag,
-        only=only or [],
+        only=only,
     )
     hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild smoke {target or 'NAME'}")
     check_python(python)
@@ -258,7 +261,7 @@ def smoke(
             timeout=timeout,
             lock_match="pins" if lock_match is None else lock_match,
             min_peak=min_peak,
-            only=only or (),
+            only=only,
         )
     else:
         if target is None:
@@ -274,7 +277,7 @@ def smoke(
             ipc_host=ipc_host,
             min_peak=min_peak,
             lock_match=lock_match,
-            only=only or (),
+            only=only,
         )
     _print_smoke(report, output.err() if to_stdout else output.out())
     if prof is not None and not local:

@@ -177,6 +177,13 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def only_names(typed: list[str] | None) -> list[str]:
+    """`--only` as typed, repeated or comma-separated (`--only versions,integrity`, as most CLIs take
+    a list): one check name per entry, in the order given, each once."""
+    names = [part.strip() for entry in typed or () for part in entry.split(",")]
+    return list(dict.fromkeys(name for name in names if name))
+
+
 def main(argv: list[str] | None = None) -> int:
     # cuBLAS needs this before its first handle for deterministic results; set here, in the smoke
     # process, never on import (envbuild imports this package and must not change its own environment)
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", default="auto", help="auto | all | none | N")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for a collective or a DataLoader")
     parser.add_argument("--lock-match", choices=LOCK_MATCHES, default="exact")
-    parser.add_argument("--only", action="append", help="run only this check (repeatable)")
+    parser.add_argument("--only", action="append", help="run only these checks (repeatable or comma-separated)")
     parser.add_argument("--local", action="store_true", help="on the host, not in an image (changes the remedies)")
     parser.add_argument("--min-peak", type=float, default=None, help="fail perf under this %% of the datasheet peak")
     args = parser.parse_args(argv)
@@ -214,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         report_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
         os.dup2(2, 1)
-    report = run(ctx, args.only)
+    report = run(ctx, only_names(args.only) or None)
     text = table(report)
     if report_out is not None:
         print(text, file=sys.stderr)
