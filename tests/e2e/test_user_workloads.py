@@ -326,7 +326,12 @@ def test_pip_in_an_image_built_from_it_keeps_the_tested_numpy_and_says_where_the
     code, said = pip("install", "--dry-run", "numpy==2.0.2")
     assert code == 1, said
     assert "(constraint) numpy==2.1.3" in said
-    assert "is this image's tested torch build or numpy (/opt/envbuild/constraints.txt)" in said
+    assert "in pip's conflict is this image's tested torch build or numpy (/opt/envbuild/constraints.txt)" in said
+    assert "torchvision and torchaudio" not in said  # numpy's conflict: nothing about torch's companions
+    # a failure that is not the constraint's doing (a misspelt name) gets pip's error alone
+    code, said = pip("install", "--dry-run", "--no-index", "nonexistent-pkg-zz9")
+    assert code == 1 and "No matching distribution found for nonexistent-pkg-zz9" in said, said
+    assert "envbuild:" not in said
     code, said = pip("install", "--dry-run", "numpy==2.0.2", PIP_CONSTRAINT="")  # cleared: the user's choice
     assert code == 0 and "Would install numpy-2.0.2" in said, said
     # cpu-py311 locks no torchvision: PyPI's (a CUDA build) installed without a word and failed on

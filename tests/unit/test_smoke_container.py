@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -49,17 +50,22 @@ def test_the_container_starts_the_host_copy_first_on_the_path_under_the_engines_
 
 
 def _image_pip(
-    tmp_path: Path, uid: int, args: list[str], code: int, *, writable: bool = False, **env: str
+    tmp_path: Path, uid: int, args: list[str], code: int, *, writable: bool = False, explains: str = "", **env: str
 ) -> subprocess.CompletedProcess[str]:
     """The image's pip wrapper run as `uid`, with a fake `python -m pip` that exits with `code`;
-    the environment's site folder one this user can write (`writable`: it is the user's) or not."""
+    the environment's site folder one this user can write (`writable`: it is the user's) or not, and
+    pip's output `explains` after its command line (its ERROR lines on stderr, as pip's). Not on a
+    terminal, as in a Dockerfile's RUN."""
     site = tmp_path if writable else tmp_path / "no-such-site"
+    said = tmp_path / "pip-says.txt"  # what pip explains on stdout
+    said.write_text(explains)
     tools = tmp_path / "bin"
     tools.mkdir(exist_ok=True)
     fake = {
         "id": f'#!/bin/sh\n[ "$1" = -g ] && echo {uid} && exit 0\necho {uid}\n',
         # pip's own run, with the exit code under test; then the site folder
-        "python": f'#!/bin/sh\n[ "$1" = -m ] && echo "pip ran: $*" && exit {code}\necho {site}\n',
+        "python": f'#!/bin/sh\n[ "$1" = -m ] && echo "pip ran: $*" && grep -v ^ERROR {said}; '
+        f'[ "$1" = -m ] && {{ grep ^ERROR {said} >&2; exit {code}; }}\necho {site}\n',
     }
     for name, text in fake.items():
         (tools / name).write_text(text)
@@ -75,53 +81,135 @@ def _image_pip(
     )
 
 
+# pip's explanations, on stdout, as pip 24 words them
+TORCH_CONFLICT = (
+    "The conflict is caused by:\n    The user requested torch==2.14.0\n"
+    "    The user requested (constraint) torch==2.13.0+cpu\n"
+)
+VISION_CONFLICT = (
+    "The conflict is caused by:\n    The user requested torchvision\n"
+    "    The user requested (constraint) torchvision==0.28.0+cpu\n"
+)
+TIMM_CONFLICT = (
+    "The conflict is caused by:\n    timm 1.0.9 depends on torchvision\n"
+    "    The user requested (constraint) torchvision<0\n"
+)
+NOT_FOUND = "ERROR: No matching distribution found for x\n"  # a misspelt name: no constraint's doing
+# `pip install -q`: no explanation on stdout, only pip's error on stderr
+QUIET_VISION = "ERROR: Cannot install torchvision because these package versions have conflicting dependencies.\n"
+
+
+CONSTRAINTS = "/opt/envbuild/constraints.txt"
+
+
 @pytest.mark.parametrize(
-    ("uid", "args", "code", "constraint", "hinted"),
+    ("uid", "args", "constraint", "pip", "hinted"),
     [
-        (0, ["install", "torch==2.14.0"], 1, "/opt/envbuild/constraints.txt", True),
-        (0, ["install", "--no-index", "x"], 1, "/opt/envbuild/constraints.txt", True),
-        (0, ["install", "x"], 0, "/opt/envbuild/constraints.txt", False),  # it worked
-        (0, ["install", "x"], 1, "", False),  # cleared for this install: pip's conflict is its own
-        (0, ["download", "x"], 1, "/opt/envbuild/constraints.txt", False),
-        (1000, ["install", "torch==2.14.0"], 1, "/opt/envbuild/constraints.txt", True),  # the image's user
-        (4242, ["install", "x"], 1, "/opt/envbuild/constraints.txt", False),  # refused: the USER fix instead
+        (0, ["install", "torch==2.14.0"], CONSTRAINTS, (1, TORCH_CONFLICT), True),
+        (0, ["install", "--no-index", "torch==2.14.0"], CONSTRAINTS, (1, TORCH_CONFLICT), True),
+        (0, ["install", "-q", "torchvision"], CONSTRAINTS, (1, QUIET_VISION), True),
+        (0, ["install", "x"], CONSTRAINTS, (1, NOT_FOUND), False),  # not the constraint's doing
+        (0, ["install", "x"], CONSTRAINTS, (0, ""), False),  # it worked
+        (0, ["install", "torch==2.14.0"], "", (1, TORCH_CONFLICT), False),  # cleared: pip's conflict is its own
+        (0, ["download", "x"], CONSTRAINTS, (1, TORCH_CONFLICT), False),
+        (1000, ["install", "torch==2.14.0"], CONSTRAINTS, (1, TORCH_CONFLICT), True),  # the image's user
+        (4242, ["install", "x"], CONSTRAINTS, (1, TORCH_CONFLICT), False),  # refused: the USER fix instead
     ],
 )
 def test_a_failed_install_is_told_where_a_constraint_comes_from(
-    tmp_path: Path, uid: int, args: list[str], code: int, constraint: str, hinted: bool
+    tmp_path: Path, uid: int, args: list[str], constraint: str, pip: tuple[int, str], hinted: bool
 ) -> None:
     """pip's "The user requested (constraint) torch==2.13.0+cpu" names no file: the image's
-    PIP_CONSTRAINT holds the tested torch build and numpy, and the wrapper says so and how to change it."""
+    PIP_CONSTRAINT holds the tested torch build and numpy, and the wrapper says so and how to change
+    it, where pip named a constraint (a misspelt package's failure gets no such line)."""
+    code, explains = pip
     # the environment is uid 1000's (the image's user), and root writes anywhere
-    out = _image_pip(tmp_path, uid, args, code, writable=uid in {0, 1000}, PIP_CONSTRAINT=constraint)
+    out = _image_pip(tmp_path, uid, args, code, writable=uid in {0, 1000}, explains=explains, PIP_CONSTRAINT=constraint)
     assert out.returncode == code
+    # pip's own output, all of it, each line on its own stream and in order, before the wrapper's
+    lines = explains.splitlines(keepends=True)
+    assert out.stdout == f"pip ran: -m pip {' '.join(args)}\n" + "".join(x for x in lines if not x.startswith("ERROR"))
+    assert out.stderr.startswith("".join(x for x in lines if x.startswith("ERROR")))
     said = "this image's tested torch build or numpy (/opt/envbuild/constraints.txt)"
     assert (said in out.stderr) is hinted, out.stderr
     if hinted:
         assert "PIP_CONSTRAINT= pip install ..." in out.stderr
+    assert "envbuild: torchvision" not in out.stderr  # no index set: nothing about where its companions are
+
+
+def test_on_a_terminal_the_wrapper_leaves_pips_output_alone_and_says_the_hint_after_any_failure(
+    tmp_path: Path,
+) -> None:
+    """On a terminal pip's output is not piped through a copy (pip would drop its progress bars), so
+    the wrapper cannot read pip's explanation and says the constraint line after any failed install."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        tools = tmp_path / "bin"
+        tools.mkdir()
+        python = tools / "python"
+        # pip's stdout is the terminal itself: it says so
+        python.write_text('#!/bin/sh\n[ -t 1 ] && echo "pip on a terminal"\nexit 1\n')
+        python.chmod(0o755)
+        wrapper = tmp_path / "pip"
+        wrapper.write_text(buildctx.pip_wrapper())
+        out = subprocess.run(
+            ["sh", str(wrapper), "install", "x"],
+            env={"PATH": f"{tools}:/usr/bin:/bin", "PIP_CONSTRAINT": "/opt/envbuild/constraints.txt"},
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+        os.close(follower)
+        follower = -1
+        shown = os.read(leader, 4096).decode()
+    finally:
+        if follower != -1:
+            os.close(follower)
+        os.close(leader)
+    assert out.returncode == 1 and "pip on a terminal" in shown
+    assert "this image's tested torch build or numpy" in out.stderr
 
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 @pytest.mark.parametrize(
-    ("index", "args", "code", "hinted"),
+    ("index", "args", "code", "explains", "hinted"),
     [
-        (CPU_INDEX, ["install", "torchvision"], 1, True),
-        ("", ["install", "torchvision"], 1, False),  # torch from PyPI: so are its companions
-        (CPU_INDEX, ["install", "torchvision"], 0, False),
-        (CPU_INDEX, ["install", "--extra-index-url", CPU_INDEX, "torchvision"], 1, False),  # given: no news
-        (CPU_INDEX, ["install", f"--extra-index-url={CPU_INDEX}/", "torchvision"], 1, False),
+        (CPU_INDEX, ["install", "torchvision"], 1, VISION_CONFLICT, True),
+        (
+            CPU_INDEX,
+            ["install", "timm==1.0.9"],
+            1,
+            VISION_CONFLICT.replace("The user requested torchvision", "timm 1.0.9 depends on torchvision"),
+            True,
+        ),
+        (CPU_INDEX, ["install", "numpy<2"], 1, TORCH_CONFLICT.replace("torch", "numpy"), False),  # not its companions
+        (CPU_INDEX, ["install", "-q", "torchvision"], 1, QUIET_VISION, True),
+        ("", ["install", "torchvision"], 1, VISION_CONFLICT, False),  # torch from PyPI: so are its companions
+        (CPU_INDEX, ["install", "torchvision"], 0, "", False),
+        (CPU_INDEX, ["install", "--extra-index-url", CPU_INDEX, "torchvision"], 1, VISION_CONFLICT, False),  # given
+        (CPU_INDEX, ["install", f"--extra-index-url={CPU_INDEX}/", "torchvision"], 1, VISION_CONFLICT, False),
     ],
 )
 def test_a_failed_install_in_an_index_builds_image_names_the_index(
-    tmp_path: Path, index: str, args: list[str], code: int, hinted: bool
+    tmp_path: Path, index: str, args: list[str], code: int, explains: str, hinted: bool
 ) -> None:
     """torchvision for a +cpu torch is on the PyTorch index, not PyPI: the constraint refuses PyPI's
-    (a CUDA build that fails on import), and the wrapper names the index that has the right one. An
-    image whose torch is PyPI's own (no ENVBUILD_TORCH_INDEX) gets no such line."""
+    (a CUDA build that fails on import), and the wrapper names the index that has the right one, where
+    pip's conflict names torchvision or torchaudio. An image whose torch is PyPI's own (no
+    ENVBUILD_TORCH_INDEX) gets no such line."""
     out = _image_pip(
-        tmp_path, 0, args, code, PIP_CONSTRAINT="/opt/envbuild/constraints.txt", ENVBUILD_TORCH_INDEX=index
+        tmp_path,
+        0,
+        args,
+        code,
+        explains=explains,
+        PIP_CONSTRAINT="/opt/envbuild/constraints.txt",
+        ENVBUILD_TORCH_INDEX=index,
     )
     assert out.returncode == code
     fix = f"are on {index}, not on PyPI: pip install --extra-index-url {index} ..."
@@ -129,20 +217,21 @@ def test_a_failed_install_in_an_index_builds_image_names_the_index(
 
 
 @pytest.mark.parametrize(
-    ("env", "hinted"),
+    ("env", "explains", "hinted"),
     [
-        ({"CONDA_PREFIX": "/opt/env"}, True),
-        ({"CONDA_PREFIX": "/opt/env", "PIP_CONSTRAINT": ""}, False),  # cleared: pip's conflict is its own
-        ({}, False),  # a venv image of PyPI's torch: its torchvision is PyPI's too
+        ({"CONDA_PREFIX": "/opt/env"}, TIMM_CONFLICT, True),
+        ({"CONDA_PREFIX": "/opt/env"}, NOT_FOUND, False),  # not the constraint's doing
+        ({"CONDA_PREFIX": "/opt/env", "PIP_CONSTRAINT": ""}, TIMM_CONFLICT, False),  # cleared: pip's own conflict
+        ({}, TIMM_CONFLICT, False),  # a venv image of PyPI's torch: its torchvision is PyPI's too
     ],
 )
 def test_a_failed_install_in_a_conda_image_says_its_torchvision_comes_from_the_profile(
-    tmp_path: Path, env: dict[str, str], hinted: bool
+    tmp_path: Path, env: dict[str, str], explains: str, hinted: bool
 ) -> None:
     """A conda image holds a torchvision it lacks at <0 (PyPI's fails beside conda-forge's torch): the
     wrapper says the fix is in the profile, not an index (there is none for conda-forge's build)."""
     env = {"PIP_CONSTRAINT": "/opt/envbuild/constraints.txt", **env}
-    out = _image_pip(tmp_path, 0, ["install", "timm"], 1, writable=False, **env)
+    out = _image_pip(tmp_path, 0, ["install", "timm"], 1, writable=False, explains=explains, **env)
     assert out.returncode == 1
     fix = (
         'come from its conda channel, and PyPI\'s fail on import beside it (a "<0" constraint): add `torchvision: auto`'

@@ -3,9 +3,30 @@
 # user, so `FROM image` + `RUN pip install` works as it is; another uid (`docker run -u`, a USER line
 # of a derived Dockerfile) is refused, and gets the fix after pip's own error (README: "Building on
 # an envbuild image"). A failed install is told where a "(constraint)" comes from: PIP_CONSTRAINT,
-# the tested torch and numpy, and where this torch build's torchvision and torchaudio are.
-python -m pip "$@"
-code=$?
+# the tested torch and numpy, and where this torch build's torchvision and torchaudio are, when
+# pip's explanation names them.
+log=""
+trap 'rm -f "$log"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+if [ ! -t 1 ] && log=$(mktemp 2>/dev/null); then
+    # pip explains a conflict on stdout ("The user requested (constraint) torchvision==0.28.0+cpu"),
+    # or with -q only on stderr ("Cannot install torchvision because ..."): a copy of both is kept
+    # to say only what applies, each still on its own stream. Not on a terminal, where a pipe would
+    # cost pip its progress bars; there the lines below follow any failed install.
+    exec 4>&1 6>&2
+    code=$({ { { python -m pip "$@"; echo $? >&5; } | tee -a "$log" >&4; } 2>&1 | tee -a "$log" >&6; } 5>&1)
+    exec 4>&- 6>&-
+    code=${code:-1}
+else
+    log=""
+    python -m pip "$@"
+    code=$?
+fi
+# Whether pip's output said it (case aside); without a copy of it, as if it had.
+said() {
+    [ -z "$log" ] || grep -qiE -- "$1" "$log"
+}
 # An install aimed elsewhere (--target, --prefix, --root, --user) failed for its own reason.
 elsewhere=0
 for arg in "$@"; do
@@ -26,11 +47,13 @@ if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ]; then
                     exit "$code"
                 fi ;;
         esac
-        if [ "$arg" = install ] && [ -n "${PIP_CONSTRAINT:-}" ]; then
-            echo "envbuild: a \"(constraint)\" in pip's error above, if it names one, is this image's tested torch build or numpy" \
+        if [ "$arg" = install ] && [ -n "${PIP_CONSTRAINT:-}" ] && said '\(constraint\)|conflicting dependencies'; then
+            echo "envbuild: a \"(constraint)\" in pip's conflict is this image's tested torch build or numpy" \
                 "($PIP_CONSTRAINT): change it in the profile and rebuild, or clear it for this install:" \
                 "PIP_CONSTRAINT= pip install ..." >&2
-            if [ -n "${ENVBUILD_TORCH_INDEX:-}" ]; then
+            if ! said 'torch(vision|audio)'; then
+                :
+            elif [ -n "${ENVBUILD_TORCH_INDEX:-}" ]; then
                 # the index already given: pip could not reach it, or it has no such release
                 case " $* " in
                     *"$ENVBUILD_TORCH_INDEX"*) ;;
