@@ -28,6 +28,9 @@ from envbuild.profilefile import Loaded, read_raw
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
+FREE_THREADED_RE = re.compile(r"^3\.\d{1,2}t$")
+# torch's cp313t wheels need a free-threaded interpreter, which no default base's OS Python is
+
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 CUDA_RE = re.compile(r"^\d{2}\.\d$")
 ROCM_RE = re.compile(r"^\d\.\d{1,2}(\.\d{1,2})?$")  # 7.14 is real (test-infra release/2.14)
@@ -89,6 +92,7 @@ class _Pattern:
     what: str
     example: str
     package: str = ""  # a release field: a bare series ("2.10") gets a fix that names how to find its newest
+    python: bool = False  # the python field: a free-threaded version ("3.13t") gets a fix of its own
 
     def check(self, value: str) -> str:
         if not self.regex.fullmatch(value):
@@ -99,6 +103,9 @@ class _Pattern:
                     f"`envbuild outdated` names the newest {value}.x of a locked profile, "
                     f"`envbuild new NAME --{self.package} {value}` picks it for a new one"
                 )
+            if self.python and FREE_THREADED_RE.fullmatch(value):
+                problem = f"{value!r} is free-threaded Python (PEP 703): envbuild does not build it"
+                raise _fail(problem, f'write "{value[:-1]}", the standard interpreter of that version')
             raise _fail(f"{value[:80]!r} is not {self.what}", fix)
         return value
 
@@ -207,7 +214,7 @@ class Profile(BaseModel):
     rocm: Annotated[str, _Pattern(ROCM_RE, "a ROCm version", '"6.1" or "6.2.4"')] | None = _doc(
         'ROCm version of the torch build, quoted ("6.1"); required with accelerator: rocm, forbidden otherwise.'
     )
-    python: Annotated[str, _Pattern(PYTHON_RE, "a Python version", '"3.11"')] = _doc(
+    python: Annotated[str, _Pattern(PYTHON_RE, "a Python version", '"3.11"', python=True)] = _doc(
         "Python minor version, quoted: YAML reads 3.10 as 3.1.", _REQUIRED
     )
     torch: Annotated[str, _Pattern(RELEASE_RE, "an exact torch release", '"2.3.1"', "torch")] = _doc(

@@ -99,6 +99,12 @@ def pick_numpy(parts: profile.NameParts, torch: str) -> str:
 
 def _parts(name: str) -> profile.NameParts:
     parts = profile.name_parts(name)
+    threaded = re.search(r"-py3(\d{1,2})t(?=-|$)", name)
+    if parts is None and threaded:
+        raise UsageError(
+            f"{name!r} asks for free-threaded Python 3.{threaded[1]}t (PEP 703), which envbuild does not build",
+            hint=f"name the standard interpreter: envbuild new {name.replace(threaded[0], threaded[0][:-1])}",
+        )
     if parts is None:
         raise UsageError(
             f"{name!r} does not say what to build",

@@ -122,6 +122,11 @@ def test_new_reads_a_rocm_token_as_the_build_the_data_has(
     ("args", "said"),
     [
         (["foo"], "error: 'foo' does not say what to build\n  fix: name it <accelerator>-py<XY>[-suffix]"),
+        (
+            ["cu128-py313t-dev"],
+            "error: 'cu128-py313t-dev' asks for free-threaded Python 3.13t (PEP 703), which envbuild does not build\n"
+            "  fix: name the standard interpreter: envbuild new cu128-py313-dev",
+        ),
         (["cu125-py312"], "no torch release in envbuild's data has a CUDA 12.5 build\n  fix: builds it knows: 11.6,"),
         (
             ["cu116-py312"],

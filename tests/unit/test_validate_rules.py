@@ -63,6 +63,16 @@ def test_python_outside_torch_range(write_profile: Callable[..., Path]) -> None:
     assert msg.startswith("cu118-py312.yaml:4: ")
 
 
+def test_free_threaded_python_is_named_as_such_with_the_standard_interpreter_as_the_fix(
+    write_profile: Callable[..., Path],
+) -> None:
+    msg = only_error(write_profile(python="3.11t"))
+    assert msg.endswith(
+        "python: '3.11t' is free-threaded Python (PEP 703): envbuild does not build it; "
+        'write "3.11", the standard interpreter of that version'
+    ), msg
+
+
 def test_cuda_build_that_does_not_exist(write_profile: Callable[..., Path]) -> None:
     msg = only_error(write_profile(torch="2.0.1", torchvision="0.15.2"))
     assert msg == (
