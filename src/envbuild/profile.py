@@ -28,9 +28,8 @@ from envbuild.profilefile import Loaded, read_raw
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
-FREE_THREADED_RE = re.compile(r"^3\.\d{1,2}t$")
 # torch's cp313t wheels need a free-threaded interpreter, which no default base's OS Python is
-
+FREE_THREADED_RE = re.compile(r"^3\.\d{1,2}t$")
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 CUDA_RE = re.compile(r"^\d{2}\.\d$")
 ROCM_RE = re.compile(r"^\d\.\d{1,2}(\.\d{1,2})?$")  # 7.14 is real (test-infra release/2.14)

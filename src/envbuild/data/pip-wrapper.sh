@@ -52,7 +52,7 @@ if [ "$code" -ne 0 ] && [ "$elsewhere" -eq 0 ]; then
                 "($PIP_CONSTRAINT): change it in the profile and rebuild, or clear it for this install:" \
                 "PIP_CONSTRAINT= pip install ..." >&2
             if ! said 'torch(vision|audio)'; then
-                :
+                : # pip's conflict is not about torch's companions: where they are is no news
             elif [ -n "${ENVBUILD_TORCH_INDEX:-}" ]; then
                 # the index already given: pip could not reach it, or it has no such release
                 case " $* " in
