@@ -24,7 +24,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical, json_sha256
-from envbuild.profilefile import Loaded, read_raw
+from envbuild.profilefile import Loaded, read_raw, series_newest
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
@@ -97,11 +97,8 @@ class _Pattern:
         if not self.regex.fullmatch(value):
             fix = f"write it like {self.example}"
             if self.package and re.fullmatch(r"\d+\.\d+", value):
-                fix = (
-                    f'name a release of the {value} series ("{value}.0" is its first); '
-                    f"`envbuild outdated` names the newest {value}.x of a locked profile, "
-                    f"`envbuild new NAME --{self.package} {value}` picks it for a new one"
-                )
+                fix = f'name a release of the {value} series ("{value}.0" is its first)'
+                fix += series_newest(self.package, value)
             if self.python and FREE_THREADED_RE.fullmatch(value):
                 problem = f"{value!r} is free-threaded Python (PEP 703): envbuild does not build it"
                 raise _fail(problem, f'write "{value[:-1]}", the standard interpreter of that version')

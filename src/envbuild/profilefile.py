@@ -17,6 +17,25 @@ from envbuild.errors import Diagnostic
 from envbuild.names import canonical
 
 VERSION_FIELDS = {"python", "torch", "torchvision", "torchaudio", "numpy", "cuda", "rocm"}
+# fields that take a whole release (X.Y.Z): YAML reads a bare series (2.8) as a number, and quoting
+# it alone would only lead to the next error
+RELEASE_FIELDS = {"torch", "torchvision", "torchaudio", "numpy"}
+
+
+def _quote_fix(key: str, raw: str) -> str:
+    if key in RELEASE_FIELDS and re.fullmatch(r"\d+\.\d+", raw):
+        return f'quote it as a whole release: {key}: "{raw}.0" is the {raw} series\' first' + series_newest(key, raw)
+    return f'quote it: {key}: "{raw}"'
+
+
+def series_newest(package: str, series: str) -> str:
+    """Where a bare series' newest release is found, for the fix that names its first."""
+    if package not in {"torch", "numpy"}:
+        return ""
+    return (
+        f"; `envbuild outdated` names the newest {series}.x of a locked profile, "
+        f"`envbuild new NAME --{package} {series}` picks it for a new one"
+    )
 
 
 @dataclass
@@ -137,7 +156,7 @@ def _read_chain(path: Path, shown: str, loaded: Loaded, seen: tuple[Path, ...]) 
                     doc.lines.get((key,)),
                     key,
                     f"{raw} is a number in YAML (it reads as {value!r})",
-                    f'quote it: {key}: "{raw}"',
+                    _quote_fix(key, raw),
                     raw,
                 )
             )

@@ -234,6 +234,20 @@ def test_unquoted_version_number(write_profile: Callable[..., Path]) -> None:
     assert any('quote it: cuda: "12.1"' in e for e in errs)
 
 
+def test_an_unquoted_series_where_a_release_belongs_gets_the_whole_fix_at_once(
+    write_profile: Callable[..., Path],
+) -> None:
+    """`torch: 2.3` reads as a number; quoting it alone ("2.3") would only meet the next error (not a
+    release), so the fix names the series' first release and where its newest is found."""
+    text = "name: cu121-py311\naccelerator: cuda\ncuda: '12.1'\npython: '3.11'\ntorch: 2.3\nnumpy: 1.26.4\n"
+    errs = errors_of(write_profile(text=text))
+    assert (
+        "cu121-py311.yaml:5: torch: 2.3 is a number in YAML (it reads as 2.3); quote it as a whole release: "
+        'torch: "2.3.0" is the 2.3 series\' first; `envbuild outdated` names the newest 2.3.x of a locked profile, '
+        "`envbuild new NAME --torch 2.3` picks it for a new one"
+    ) in errs, errs
+
+
 def test_every_problem_at_once(write_profile: Callable[..., Path]) -> None:
     errs = errors_of(write_profile(torch="2.0.1", torchvision="0.16.0", numpy="2.0.0", flavor="venvv", bogus=1))
     fields = {e.split(": ", 2)[1] for e in errs}
