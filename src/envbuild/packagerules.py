@@ -3,6 +3,8 @@ that only one flavor reads (a field the other flavor would drop without a word).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -14,6 +16,7 @@ from envbuild.profilefile import Loaded
 
 def check(ld: Loaded, data: dict[str, Any]) -> None:
     _listed_twice(ld, data)
+    _accelerator_libraries(ld, data)
     if data.get("flavor") == "conda":
         _conda_only(ld, data)
     elif data.get("conda_packages"):
@@ -54,26 +57,75 @@ def _conda_only(ld: Loaded, data: dict[str, Any]) -> None:
         )
 
 
+def _requirements(data: dict[str, Any]) -> Iterator[tuple[int, Requirement, str]]:
+    """`packages` as requirements, with their index and text; the model says what is wrong with the rest."""
+    listed = data.get("packages")
+    for i, item in enumerate(listed if isinstance(listed, list) else []):
+        try:
+            yield i, Requirement(str(item)), str(item)
+        except InvalidRequirement:
+            continue
+
+
 def _listed_twice(ld: Loaded, data: dict[str, Any]) -> None:
     """One package listed twice without markers to tell them apart: the resolver would only say
     "unsatisfiable" (two pins) or quietly take the stricter one."""
     first: dict[str, int] = {}
-    listed = data.get("packages")
-    for i, item in enumerate(listed if isinstance(listed, list) else []):
-        try:
-            req = Requirement(str(item))
-        except InvalidRequirement:
-            continue  # the model says what is wrong with it
+    for i, req, item in _requirements(data):
         if req.url:
-            _direct_url(ld, i, req, str(item))
+            _direct_url(ld, i, req, item)
         if req.marker is not None:
             continue  # markers may tell two entries apart (one per Python or platform)
         key = canonical(req.name)
         if key in first:
             where = f"packages[{first[key]}]"
-            ld.add("error", f"packages[{i}]", f"{req.name} is listed twice (also {where})", "keep one pin", str(item))
+            ld.add("error", f"packages[{i}]", f"{req.name} is listed twice (also {where})", "keep one pin", item)
         else:
             first[key] = i
+
+
+# NVIDIA's CUDA library wheels name their CUDA major: nvidia-cudnn-cu12, nvidia-nccl-cu11
+_NVIDIA_CUDA = re.compile(r"nvidia-[a-z0-9-]+-cu(\d+)")
+# The module `triton` comes from one of these, by torch build: both in one environment unpack
+# their files over each other, and which one imports depends on the install order
+_TRITON = {"cuda": "triton", "rocm": "pytorch-triton-rocm"}
+
+
+def _accelerator_libraries(ld: Loaded, data: dict[str, Any]) -> None:
+    """A CUDA library wheel for another CUDA (or for none) installs without a word and is never
+    loaded: torch brings and loads its own. Another build's Triton overwrites torch's."""
+    accelerator = data.get("accelerator")
+    cuda_major = str(data.get("cuda") or "").split(".", 1)[0]
+    for i, req, item in _requirements(data):
+        name = canonical(req.name)
+        nvidia = _NVIDIA_CUDA.fullmatch(name)
+        if nvidia and accelerator == "cuda" and cuda_major.isdigit() and nvidia[1] != cuda_major:
+            ld.add(
+                "warning",
+                f"packages[{i}]",
+                f"{req.name} is a CUDA {nvidia[1]} library; this profile's torch is a CUDA {data.get('cuda')} build, "
+                f"which brings the CUDA {cuda_major} libraries it loads and never loads this one",
+                f"leave it out, or name its CUDA {cuda_major} wheel ({name[: nvidia.start(1)]}{cuda_major})",
+                item,
+            )
+        elif nvidia and accelerator in {"cpu", "rocm"}:
+            ld.add(
+                "warning",
+                f"packages[{i}]",
+                f"{req.name} is a CUDA library; a {accelerator} profile's torch never loads it",
+                "leave it out, or make the profile a CUDA one (accelerator: cuda)",
+                item,
+            )
+        own = _TRITON.get(str(accelerator))
+        if own and name in _TRITON.values() and name != own:
+            ld.add(
+                "error",
+                f"packages[{i}]",
+                f"{req.name} is another torch build's Triton: this {accelerator} profile's torch uses {own}, "
+                "and both install the module `triton`, each over the other's files",
+                f"leave it out: the lock takes the {own} torch needs",
+                item,
+            )
 
 
 def _direct_url(ld: Loaded, i: int, req: Requirement, item: str) -> None:

@@ -364,6 +364,32 @@ def test_python_without_a_default_base_image(write_profile: Callable[..., Path])
     )
 
 
+def test_a_cuda_library_for_another_cuda_or_another_builds_triton_is_named_before_the_lock(
+    write_profile: Callable[..., Path],
+) -> None:
+    """nvidia-cudnn-cu11 in a CUDA 12.1 profile installed without a word and was never loaded (torch
+    loads the CUDA 12 libraries it brings); ROCm's Triton in a CUDA profile unpacks the module
+    `triton` over torch's own. The CUDA 12 wheel, NVIDIA's other packages and `triton` itself stay quiet."""
+    path = write_profile(packages=["nvidia-cudnn-cu11==8.7.0.84", "nvidia-ml-py", "triton"])
+    loaded = validate.check(path, path.name)
+    assert loaded.errors == []
+    assert [w.render() for w in loaded.warnings] == [
+        "cu121-py311.yaml:8: packages[0]: nvidia-cudnn-cu11 is a CUDA 11 library; this profile's torch is a "
+        "CUDA 12.1 build, which brings the CUDA 12 libraries it loads and never loads this one; leave it out, or "
+        "name its CUDA 12 wheel (nvidia-cudnn-cu12)"
+    ]
+    assert validate.check(write_profile(packages=["nvidia-cudnn-cu12"])).warnings == []
+    msg = only_error(write_profile(packages=["pytorch-triton-rocm==2.3.1"]))
+    assert msg.endswith(
+        "packages[0]: pytorch-triton-rocm is another torch build's Triton: this cuda profile's torch uses triton, "
+        "and both install the module `triton`, each over the other's files; leave it out: the lock takes the "
+        "triton torch needs"
+    ), msg
+    cpu = write_profile("cpu-py311", name="cpu-py311", accelerator="cpu", cuda=None, packages=["nvidia-nccl-cu12"])
+    warned = [w.render() for w in validate.check(cpu).warnings]
+    assert any("nvidia-nccl-cu12 is a CUDA library; a cpu profile's torch never loads it" in w for w in warned), warned
+
+
 def test_a_package_listed_twice_is_named_before_the_resolver_sees_it(write_profile: Callable[..., Path]) -> None:
     """`lock` only said "unsatisfiable" for einops==0.8.1 next to Einops==0.8.0 (or took the stricter
     of two ranges). Markers that tell two entries apart (one per Python) stay allowed."""
