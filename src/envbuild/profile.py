@@ -24,12 +24,10 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical, json_sha256
-from envbuild.profilefile import Loaded, read_raw, series_newest
+from envbuild.profilefile import Loaded, free_threaded, read_raw, series_newest
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
-# torch's cp313t wheels need a free-threaded interpreter, which no default base's OS Python is
-FREE_THREADED_RE = re.compile(r"^3\.\d{1,2}t$")
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
 CUDA_RE = re.compile(r"^\d{2}\.\d$")
 ROCM_RE = re.compile(r"^\d\.\d{1,2}(\.\d{1,2})?$")  # 7.14 is real (test-infra release/2.14)
@@ -99,9 +97,8 @@ class _Pattern:
             if self.package and re.fullmatch(r"\d+\.\d+", value):
                 fix = f'name a release of the {value} series ("{value}.0" is its first)'
                 fix += series_newest(self.package, value)
-            if self.python and FREE_THREADED_RE.fullmatch(value):
-                problem = f"{value!r} is free-threaded Python (PEP 703): envbuild does not build it"
-                raise _fail(problem, f'write "{value[:-1]}", the standard interpreter of that version')
+            if self.python and (threaded := free_threaded(value)):
+                raise _fail(*threaded)
             raise _fail(f"{value[:80]!r} is not {self.what}", fix)
         return value
 

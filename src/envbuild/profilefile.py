@@ -22,6 +22,15 @@ VERSION_FIELDS = {"python", "torch", "torchvision", "torchaudio", "numpy", "cuda
 RELEASE_FIELDS = {"torch", "torchvision", "torchaudio", "numpy"}
 
 
+def free_threaded(python: str) -> tuple[str, str] | None:
+    """The problem and fix for a free-threaded Python ("3.13t"), else None. torch's cp313t wheels
+    need a free-threaded interpreter, which no default base's OS Python is."""
+    if not re.fullmatch(r"3\.\d{1,2}t", python):
+        return None
+    problem = f"{python!r} is free-threaded Python (PEP 703): envbuild does not build it"
+    return problem, f'write "{python[:-1]}", the standard interpreter of that version'
+
+
 def _quote_fix(key: str, raw: str) -> str:
     if key in RELEASE_FIELDS and re.fullmatch(r"\d+\.\d+", raw):
         return f'quote it as a whole release: {key}: "{raw}.0" is the {raw} series\' first' + series_newest(key, raw)
