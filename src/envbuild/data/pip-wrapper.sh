@@ -9,7 +9,7 @@ log=""
 trap 'rm -f "$log"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-if [ ! -t 1 ] && log=$(mktemp 2>/dev/null); then
+if [ ! -t 1 ] && command -v tee >/dev/null && log=$(mktemp 2>/dev/null); then
     # pip explains a conflict on stdout ("The user requested (constraint) torchvision==0.28.0+cpu"),
     # or with -q only on stderr ("Cannot install torchvision because ..."): a copy of both is kept
     # to say only what applies, each still on its own stream. Not on a terminal, where a pipe would
