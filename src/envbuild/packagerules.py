@@ -89,12 +89,14 @@ _NVIDIA_CUDA = re.compile(r"nvidia-[a-z0-9-]+-cu(\d+)")
 # The module `triton` comes from one of these, by torch build: both in one environment unpack
 # their files over each other, and which one imports depends on the install order
 _TRITON = {"cuda": "triton", "rocm": "pytorch-triton-rocm"}
+_SHOWN = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU"}
 
 
 def _accelerator_libraries(ld: Loaded, data: dict[str, Any]) -> None:
     """A CUDA library wheel for another CUDA (or for none) installs without a word and is never
     loaded: torch brings and loads its own. Another build's Triton overwrites torch's."""
-    accelerator = data.get("accelerator")
+    accelerator = str(data.get("accelerator"))
+    shown = _SHOWN.get(accelerator, accelerator)
     cuda_major = str(data.get("cuda") or "").split(".", 1)[0]
     for i, req, item in _requirements(data):
         name = canonical(req.name)
@@ -112,16 +114,16 @@ def _accelerator_libraries(ld: Loaded, data: dict[str, Any]) -> None:
             ld.add(
                 "warning",
                 f"packages[{i}]",
-                f"{req.name} is a CUDA library; a {accelerator} profile's torch never loads it",
+                f"{req.name} is a CUDA library; a {shown} profile's torch never loads it",
                 "leave it out, or make the profile a CUDA one (accelerator: cuda)",
                 item,
             )
-        own = _TRITON.get(str(accelerator))
+        own = _TRITON.get(accelerator)
         if own and name in _TRITON.values() and name != own:
             ld.add(
                 "error",
                 f"packages[{i}]",
-                f"{req.name} is another torch build's Triton: this {accelerator} profile's torch uses {own}, "
+                f"{req.name} is another torch build's Triton: this {shown} profile's torch uses {own}, "
                 "and both install the module `triton`, each over the other's files",
                 f"leave it out: the lock takes the {own} torch needs",
                 item,

@@ -381,13 +381,13 @@ def test_a_cuda_library_for_another_cuda_or_another_builds_triton_is_named_befor
     assert validate.check(write_profile(packages=["nvidia-cudnn-cu12"])).warnings == []
     msg = only_error(write_profile(packages=["pytorch-triton-rocm==2.3.1"]))
     assert msg.endswith(
-        "packages[0]: pytorch-triton-rocm is another torch build's Triton: this cuda profile's torch uses triton, "
+        "packages[0]: pytorch-triton-rocm is another torch build's Triton: this CUDA profile's torch uses triton, "
         "and both install the module `triton`, each over the other's files; leave it out: the lock takes the "
         "triton torch needs"
     ), msg
     cpu = write_profile("cpu-py311", name="cpu-py311", accelerator="cpu", cuda=None, packages=["nvidia-nccl-cu12"])
     warned = [w.render() for w in validate.check(cpu).warnings]
-    assert any("nvidia-nccl-cu12 is a CUDA library; a cpu profile's torch never loads it" in w for w in warned), warned
+    assert any("nvidia-nccl-cu12 is a CUDA library; a CPU profile's torch never loads it" in w for w in warned), warned
 
 
 def test_a_package_listed_twice_is_named_before_the_resolver_sees_it(write_profile: Callable[..., Path]) -> None:
