@@ -733,3 +733,6 @@ def test_smoke_only_takes_a_comma_separated_list_and_names_the_one_wrong_entry(c
     assert res.code == 2, res.err
     assert "--only 'dpp': no such check" in res.err and "fix: envbuild smoke cpu-py311 --only ddp" in res.err
     assert only_names(["versions,integrity", " ddp ,versions", ","]) == ["versions", "integrity", "ddp"]
+    # an --only that names nothing is refused, not taken for no --only (the whole test)
+    res = cli("smoke", "cpu-py311", "--only", "", "--project", str(project))
+    assert res.code == 2 and "--only '': no such check" in res.err, res.err

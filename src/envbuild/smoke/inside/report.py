@@ -181,7 +181,8 @@ def only_names(typed: list[str] | None) -> list[str]:
     """`--only` as typed, repeated or comma-separated (`--only versions,integrity`, as most CLIs take
     a list): one check name per entry, in the order given, each once."""
     names = [part.strip() for entry in typed or () for part in entry.split(",")]
-    return list(dict.fromkeys(name for name in names if name))
+    # `--only ""` names no check: kept as typed, to be refused as no such check, never a whole run
+    return list(dict.fromkeys(name for name in names if name)) or list(typed or ())
 
 
 def main(argv: list[str] | None = None) -> int:
