@@ -14,6 +14,7 @@ from typing import Any
 
 from envbuild import enginelost
 from envbuild.errors import BaseImageError, EngineNoAnswer, EngineUnavailable, ImageMissing, UsageError
+from envbuild.names import ACCELERATOR_SHOWN
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
@@ -362,7 +363,6 @@ def local_image(cli: Any, ref: str, profile: str = "NAME") -> Any:
 # environment (cu121-py311's image is 5.65 GB, cpu-py311's 1.1 GB), plus pip's downloads. ROCm's
 # wheels unpack to several times CUDA's.
 BUILD_ROOM = {"cpu": 4 * 10**9, "cuda": 15 * 10**9, "rocm": 40 * 10**9}
-_SPOKEN = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm"}
 
 
 def disk(info: dict[str, Any]) -> tuple[str | None, int | None]:
@@ -384,7 +384,7 @@ def disk_note(root: str | None, free: int | None, accelerator: str) -> str | Non
     if free is None or free >= need:
         return None
     return (
-        f"the engine's disk has {free / 1e9:.1f} GB free ({root}): a {_SPOKEN[accelerator]} build needs "
+        f"the engine's disk has {free / 1e9:.1f} GB free ({root}): a {ACCELERATOR_SHOWN[accelerator]} build needs "
         f"about {need // 10**9} GB when little is cached "
         "(envbuild images --prune, docker builder prune and docker image prune free space)"
     )

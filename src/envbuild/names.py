@@ -203,3 +203,7 @@ TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 def canonical(name: str) -> str:
     """A distribution name as PEP 503 compares them: runs of -, _ and . are one '-', lower case."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# An accelerator as people write it, in messages
+ACCELERATOR_SHOWN = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm"}

@@ -10,7 +10,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from envbuild.names import canonical
+from envbuild.names import ACCELERATOR_SHOWN, canonical
 from envbuild.profilefile import Loaded
 
 
@@ -89,14 +89,13 @@ _NVIDIA_CUDA = re.compile(r"nvidia-[a-z0-9-]+-cu(\d+)")
 # The module `triton` comes from one of these, by torch build: both in one environment unpack
 # their files over each other, and which one imports depends on the install order
 _TRITON = {"cuda": "triton", "rocm": "pytorch-triton-rocm"}
-_SHOWN = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU"}
 
 
 def _accelerator_libraries(ld: Loaded, data: dict[str, Any]) -> None:
     """A CUDA library wheel for another CUDA (or for none) installs without a word and is never
     loaded: torch brings and loads its own. Another build's Triton overwrites torch's."""
     accelerator = str(data.get("accelerator"))
-    shown = _SHOWN.get(accelerator, accelerator)
+    shown = ACCELERATOR_SHOWN.get(accelerator, accelerator)
     cuda_major = str(data.get("cuda") or "").split(".", 1)[0]
     for i, req, item in _requirements(data):
         name = canonical(req.name)

@@ -19,7 +19,6 @@ if [ ! -t 1 ] && command -v tee >/dev/null && log=$(mktemp 2>/dev/null); then
     exec 4>&- 6>&-
     code=${code:-1}
 else
-    log=""
     python -m pip "$@"
     code=$?
 fi
