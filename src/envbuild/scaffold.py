@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from envbuild import compat, profile, tmpdirs, torchsource, uvtool, validate
 from envbuild.errors import ProfileError, UsageError
 from envbuild.fsutil import atomic_write_many
 from envbuild.names import PYPI_SIMPLE
+from envbuild.profilefile import Loaded
 from envbuild.project import Project
 
 # When PyPI is out of reach, the lookup is the only thing `new` needs from it.
@@ -115,8 +117,16 @@ def _parts(name: str) -> profile.NameParts:
     return parts
 
 
-def choose(name: str, *, torch: str | None, numpy: str | None, index_url: str | None) -> Choice:
-    """Decide the torch and numpy releases for a new profile called `name`."""
+def choose(
+    name: str,
+    *,
+    torch: str | None,
+    numpy: str | None,
+    index_url: str | None,
+    before_lookup: Callable[[Choice], None] = lambda _: None,
+) -> Choice:
+    """Decide the torch and numpy releases for a new profile called `name`. `before_lookup` sees the
+    choice with each series as its .0 release before an index is asked for the newest patches."""
     parts = _parts(name)
     for option, value in (("--torch", torch), ("--numpy", numpy)):
         if value is not None and not _RELEASE_OR_SERIES.fullmatch(value):
@@ -140,6 +150,9 @@ def choose(name: str, *, torch: str | None, numpy: str | None, index_url: str | 
     }
     found: dict[str, str] = {}
     if wanted:
+        # the compat data judges a series as well as its patches: `--torch 2.1` for Python 3.12 is
+        # refused by the rule that names the fix, not by the resolver finding no cp312 wheel of 2.1.x
+        before_lookup(Choice(parts, _release(series), _release(numpy_series), notes))
         found = uvtool.newest_versions(
             [f"{pkg}=={value}.*" for pkg, value in wanted.items()],
             parts.python,
@@ -222,6 +235,34 @@ class Created:
     notes: list[str]  # why this torch, and where it comes from
 
 
+def _release(version: str) -> str:
+    return version if profile.RELEASE_RE.fullmatch(version) else f"{version}.0"
+
+
+def _checked(project: Project, name: str, text: str, *, extends: str | None) -> Loaded:
+    """`text` validated as profiles/NAME.yaml would be; a ProfileError (nothing written) if invalid."""
+    shown = project.rel(project.profiles_dir / f"{name}.yaml")
+    with tmpdirs.private("new") as tmp:
+        trial = Path(tmp) / f"{name}.yaml"
+        for other in project.profiles_dir.glob("*.yaml") if extends else ():
+            (Path(tmp) / other.name).write_bytes(other.read_bytes())  # what `extends` reads, beside it
+        trial.write_text(text, encoding="utf-8")
+        # named for what it is: a file:line the user cannot open would send them looking for it
+        loaded = validate.check(trial, f"envbuild new {name}", project.root)
+    if loaded.errors:
+        instead = (
+            "extend a profile of the build and Python its name says"
+            if extends
+            else "choose with --torch / --numpy / --base"
+        )
+        raise ProfileError(
+            f"envbuild new {name}: the chosen combination is invalid; {shown} was not written",
+            [replace(d, line=None) for d in loaded.diagnostics],
+            hint=f"nothing was written; {instead}, or write {shown} by hand",
+        )
+    return loaded
+
+
 def create(
     project: Project,
     name: str,
@@ -252,7 +293,13 @@ def create(
         choice = Choice(_parts(name), parent.torch, parent.numpy, [f"{extends}'s torch and numpy; {lock_note}"])
         text = derived_text(name, parent, base)
     else:
-        choice = choose(name, torch=torch, numpy=numpy, index_url=index_url or project.config.index_url)
+
+        def check_series(series: Choice) -> None:
+            _checked(project, name, profile_text(name, series, base), extends=None)
+
+        choice = choose(
+            name, torch=torch, numpy=numpy, index_url=index_url or project.config.index_url, before_lookup=check_series
+        )
         text = profile_text(name, choice, base)
         like = _derivable(project, name)
         if like:
@@ -260,24 +307,7 @@ def create(
                 f"{like} is a profile here: `envbuild new {name} --extends {like} --force` derives this one from it "
                 f"instead (its torch, numpy and settings, and its versions at the first lock)"
             )
-    with tmpdirs.private("new") as tmp:
-        trial = Path(tmp) / f"{name}.yaml"
-        for other in project.profiles_dir.glob("*.yaml") if extends else ():
-            (Path(tmp) / other.name).write_bytes(other.read_bytes())  # what `extends` reads, beside it
-        trial.write_text(text, encoding="utf-8")
-        # named for what it is: a file:line the user cannot open would send them looking for it
-        loaded = validate.check(trial, f"envbuild new {name}", project.root)
-    if loaded.errors:
-        instead = (
-            "extend a profile of the build and Python its name says"
-            if extends
-            else "choose with --torch / --numpy / --base"
-        )
-        raise ProfileError(
-            f"envbuild new {name}: the chosen combination is invalid; {shown} was not written",
-            [replace(d, line=None) for d in loaded.diagnostics],
-            hint=f"nothing was written; {instead}, or write {shown} by hand",
-        )
+    loaded = _checked(project, name, text, extends=extends)
     files = {target: text}
     ignore = project.root / ".gitignore"
     entry = f"/{project.config.build_dir.strip('/')}/"

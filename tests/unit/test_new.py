@@ -154,6 +154,31 @@ def test_new_refuses_what_cannot_work_and_writes_nothing(
     assert not (empty_project / "profiles").exists() or not any((empty_project / "profiles").iterdir())
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["cu121-py312", "--torch", "2.1"],
+            'python: torch 2.1.0 has no wheel for Python 3.12 (it supports 3.8-3.11); use python "3.11" or torch >= 2.2',
+        ),
+        (["cu118-py312", "--torch", "2.8"], "cuda: torch 2.8.0 has no CUDA 11.8 build (it has 12.6, 12.8, 12.9)"),
+        (["cu121-py311", "--torch", "2.1", "--numpy", "2.0"], "numpy: torch 2.1.0 was compiled against NumPy 1.x"),
+    ],
+)
+def test_new_judges_a_series_by_the_compat_data_before_asking_an_index(
+    cli: Callable[..., Result], empty_project: Path, index: Lookups, args: list[str], said: str
+) -> None:
+    """`--torch 2.1` for Python 3.12 went to the index for the newest 2.1.x and failed with uv's
+    "no wheels with a matching Python ABI tag" (exit 4, a lock error) where `--torch 2.1.2` got the
+    compat rule and its fix: every 2.1.x shares the row, so the series is judged before the lookup."""
+    res = cli("new", *args, "--project", str(empty_project))
+    assert res.code == 2, res.err
+    assert said in res.err
+    assert "nothing was written" in res.err
+    assert index == []
+    assert not (empty_project / "profiles").exists() or not any((empty_project / "profiles").iterdir())
+
+
 def test_new_refusal_after_validation_says_nothing_was_written(
     cli: Callable[..., Result], empty_project: Path, index: Lookups
 ) -> None:
