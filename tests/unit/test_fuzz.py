@@ -44,38 +44,42 @@ def _run(path: Path) -> None:
         assert outputs["Dockerfile"].startswith("# Rendered by envbuild")
 
 
-def _write(text: str) -> Path:
-    folder = Path(tempfile.mkdtemp())
-    path = folder / "cu121-py311.yaml"
-    path.write_text(text, encoding="utf-8", errors="surrogatepass")
-    return path
+def _check_file(blob: bytes) -> None:
+    """`blob` as a profile file, checked in a folder of its own that goes with the example
+    (hypothesis runs ~1,000 per suite: a folder left each time filled /tmp)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "cu121-py311.yaml"
+        path.write_bytes(blob)
+        _run(path)
+
+
+def _check_text(text: str) -> None:
+    _check_file(text.encode("utf-8", errors="surrogatepass"))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=300))
 def test_random_text(text: str) -> None:
-    _run(_write(text))
+    _check_text(text)
 
 
 @settings(max_examples=300, deadline=None)
 @given(key=keys, value=values)
 def test_one_field_mutated(key: str, value: Any) -> None:
     data = {**VALID, key: value}
-    _run(_write(yaml.safe_dump(data, allow_unicode=True)))
+    _check_text(yaml.safe_dump(data, allow_unicode=True))
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(keys, values, max_size=8))
 def test_random_mappings(data: dict[str, Any]) -> None:
-    _run(_write(yaml.safe_dump(data, allow_unicode=True)))
+    _check_text(yaml.safe_dump(data, allow_unicode=True))
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes(blob: bytes) -> None:
-    path = _write("")
-    path.write_bytes(blob)
-    _run(path)
+    _check_file(blob)
 
 
 def _pretend_newest(requirements: list[str], python: str, **_: object) -> dict[str, str]:
@@ -104,8 +108,8 @@ def test_new_writes_a_valid_profile_or_nothing(name: str, torch: str | None, num
     from envbuild import scaffold, uvtool
     from envbuild.project import open_project
 
-    root = Path(tempfile.mkdtemp())
-    with MonkeyPatch.context() as mp:
+    with tempfile.TemporaryDirectory() as folder, MonkeyPatch.context() as mp:
+        root = Path(folder)
         mp.setattr(uvtool, "newest_versions", _pretend_newest)
         try:
             made = scaffold.create(open_project(str(root)), name, torch=torch, numpy=numpy)
@@ -113,6 +117,6 @@ def test_new_writes_a_valid_profile_or_nothing(name: str, torch: str | None, num
             written = list((root / "profiles").glob("*")) if (root / "profiles").exists() else []
             assert written == []
             return
-    loaded = validate.check(made.path, made.path.name)
-    assert loaded.errors == [], [d.render() for d in loaded.errors]
-    assert made.path.read_text() == made.text
+        loaded = validate.check(made.path, made.path.name)
+        assert loaded.errors == [], [d.render() for d in loaded.errors]
+        assert made.path.read_text() == made.text
