@@ -306,15 +306,14 @@ FIELDS = list(Profile.model_fields)
 
 def _pydantic_diagnostics(loaded: Loaded, exc: ValidationError) -> None:
     pre_flagged = set(loaded.bad_fields)
+    # an `extends` not followed (a cycle, no such file) is the error, not each field it would bring
+    unfollowed = any(d.severity == "error" and d.field == "extends" for d in loaded.diagnostics)
     for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
+        loc, kind, value = tuple(err["loc"]), err["type"], err.get("input")
         key = str(loc[0]) if loc else ""
-        if key in pre_flagged:
+        if key in pre_flagged or (kind == "missing" and unfollowed):
             continue
-        sub = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
-        field_name = key + sub
-        kind = err["type"]
-        value = err.get("input")
+        field_name = key + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
         if kind == "extra_forbidden":
             close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.6)
             fix = f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(FIELDS)}"

@@ -59,13 +59,14 @@ def test_error_in_parent_names_the_parent_file(project: Path, write_profile: Cal
 def test_extends_cycle(project: Path, write_profile: Callable[..., Path]) -> None:
     (project / "profiles" / "_a.yaml").write_text("extends: cu121-py311\n")
     path = write_profile(text="name: cu121-py311\nextends: _a\n")
-    [err] = [e for e in validate.check(path).errors if e.field == "extends"]
+    # the fields the cycle leaves unset are not each "required" besides: the cycle is the one error
+    [err] = validate.check(path).errors
     assert "extends forms a cycle" in err.message
 
 
 def test_extends_missing_with_suggestion(project: Path, write_profile: Callable[..., Path]) -> None:
     path = write_profile(text="name: cu121-py311\nextends: _bsae\n")
-    [err] = [e for e in validate.check(path).errors if e.field == "extends"]
+    [err] = validate.check(path).errors
     assert err.message == "_bsae.yaml does not exist next to this profile"
     assert err.fix == "did you mean _base?"
 
