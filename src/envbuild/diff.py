@@ -17,6 +17,7 @@ from envbuild import plan as plan_mod
 from envbuild.errors import ImageMissing, UsageError
 from envbuild.names import LABEL_PROFILE, MANIFEST_PATH, canonical
 from envbuild.project import Project
+from envbuild.smoke import scan
 
 # only installed distributions: directly in site-packages (setuptools vendors its own dist-info deeper)
 _DIST_INFO = re.compile(r"(?:^|/)site-packages/([A-Za-z0-9_.]+)-([^/-]+)\.dist-info/METADATA$")
@@ -62,27 +63,36 @@ def distributions_of(files: dict[str, list[Any]]) -> dict[str, str]:
 
 def _image_side(project: Project, ref: str) -> Side:
     """The image's environment as it is now (a derived image's additions included), scanned in a
-    container by the same code that wrote its build manifest."""
-    import docker
-
+    container by this envbuild's copy of the code that wrote its build manifest (smoke.scan)."""
     cli = engine.client(timeout=600)
     image = engine.local_image(cli, ref)
     recorded = engine.read_file(cli, image.id, MANIFEST_PATH)
-    if not recorded:
+    try:
+        root = str(json.loads(recorded).get("root") or "/opt/venv") if recorded else ""
+    except (ValueError, AttributeError):
+        root = ""  # an edited manifest: where the environment is, the image no longer says
+    if not root:
         raise UsageError(
-            f"{ref} has no build manifest ({MANIFEST_PATH})",
+            f"{ref} has no readable build manifest ({MANIFEST_PATH})",
             hint="only images envbuild built (this version or later) carry one: rebuild it with envbuild build",
         )
-    root = str(json.loads(recorded).get("root") or "/opt/venv")
-    scan = ["python", "-m", "envbuild_smoke.manifest", "--root", root, "--stdout"]
-    try:
-        out = cli.containers.run(image.id, scan, environment={"PYTHONPATH": "/opt/envbuild"}, remove=True)
-    except docker.errors.APIError as exc:
-        raise UsageError(f"{ref}: its environment could not be scanned: {exc.explanation or exc}") from exc
-    manifest = json.loads(out.decode())
-    files: dict[str, list[Any]] = manifest["files"]
+    manifest = scan.environment(cli, image.id, root, shown=ref)
+    files: dict[str, list[Any]] = {**manifest["files"], **_interpreter_files(manifest.get("interpreter"))}
     profile = (image.labels or {}).get(LABEL_PROFILE)
     return Side(ref, "image", distributions_of(files), dict(manifest.get("os_packages") or {}), files, profile)
+
+
+def _interpreter_files(interpreter: Any) -> dict[str, list[Any]]:
+    """The base Python's binary and standard library, by absolute path: every import reaches them
+    (a sitecustomize.py there runs in each process), so two images differ there too."""
+    if not isinstance(interpreter, dict):
+        return {}
+    stdlib = str(interpreter.get("stdlib") or "")
+    found = {f"{stdlib}/{path}": entry for path, entry in (interpreter.get("files") or {}).items()}
+    executable = interpreter.get("executable")
+    if isinstance(executable, list) and executable:
+        found[str(executable[0])] = executable[1:]
+    return found
 
 
 def _lock_side(project: Project, name: str) -> Side:

@@ -177,14 +177,34 @@ def test_an_image_whose_own_smoke_test_was_replaced_cannot_fake_a_passing_report
 def test_diff_names_what_a_derived_image_added_and_agrees_with_the_lockfile(
     docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path
 ) -> None:
+    """The derived image also prints as every Python starts (a sitecustomize.py) and has an
+    ENTRYPOINT that prints a banner: the scan ran the image's entrypoint and site hooks, and the
+    first line printed made `diff` and `sbom` end with an internal error (JSONDecodeError)."""
     extra = "RUN echo 'x = 1' > /opt/venv/lib/python3.11/site-packages/extra_module.py"
-    image = derived(docker_client, built_cpu["image_id"], "USER root", extra, "USER 1000:1000")
+    hook = "RUN echo 'print(\"site hook\")' > /usr/lib/python3.11/sitecustomize.py"
+    banner = r"""RUN printf '#!/bin/sh\necho banner\nexec "$@"\n' > /banner && chmod +x /banner"""
+    image = derived(
+        docker_client,
+        built_cpu["image_id"],
+        "USER root",
+        extra,
+        hook,
+        banner,
+        'ENTRYPOINT ["/banner"]',
+        "USER 1000:1000",
+    )
     try:
+        assert docker_client.containers.run(image.id, ["python", "-c", "pass"], remove=True) == b"banner\nsite hook\n"
         res = envbuild("diff", built_cpu["image_id"], image.id, "--json", cwd=e2e_project)
         assert res.returncode == 1, res.stderr
         found = json.loads(res.stdout)
         assert found["file_counts"]["only_b"] == 1
         assert found["files"]["only_b"] == ["lib/python3.11/site-packages/extra_module.py"]
+        # the base Python's files are compared too: every process imports the sitecustomize
+        assert found["files"]["changed"] == ["/usr/lib/python3.11/sitecustomize.py"]
+        res = envbuild("sbom", image.id, cwd=e2e_project)
+        assert res.returncode == 0, res.stderr
+        assert {c["name"] for c in json.loads(res.stdout)["components"]} >= {"torch", "numpy"}
         # the image against its own profile's lockfile: the same distributions
         res = envbuild("diff", built_cpu["image_id"], "cpu-py311", cwd=e2e_project)
         assert res.returncode == 0, res.stdout + res.stderr

@@ -159,7 +159,8 @@ def test_new_refuses_what_cannot_work_and_writes_nothing(
     [
         (
             ["cu121-py312", "--torch", "2.1"],
-            'python: torch 2.1.0 has no wheel for Python 3.12 (it supports 3.8-3.11); use python "3.11" or torch >= 2.2',
+            "python: torch 2.1.0 has no wheel for Python 3.12 (it supports 3.8-3.11); "
+            'use python "3.11" or torch >= 2.2',
         ),
         (["cu118-py312", "--torch", "2.8"], "cuda: torch 2.8.0 has no CUDA 11.8 build (it has 12.6, 12.8, 12.9)"),
         (["cu121-py311", "--torch", "2.1", "--numpy", "2.0"], "numpy: torch 2.1.0 was compiled against NumPy 1.x"),

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from envbuild import buildctx
+from envbuild import buildctx, enginelost
 from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError
 from envbuild.names import ENTRY_SCRIPT, LABEL_SMOKE_CONTAINER
@@ -18,11 +18,13 @@ HOST_SMOKE_DIR = "/.envbuild-smoke"
 
 
 _HEAD = ("python", "-m", buildctx.SMOKE_PACKAGE)
+# The scan of an image's environment (smoke.scan); -S: none of the image's site hooks run
+SCAN_HEAD = ("python", "-S", "-m", f"{buildctx.SMOKE_PACKAGE}.manifest")
 
 
 def is_smoke_command(cmd: list[str]) -> bool:
-    """A smoke container's command: this envbuild's, or an earlier one's (the image's envbuild-smoke)."""
-    return tuple(cmd[: len(_HEAD)]) == _HEAD or cmd[:1] == [buildctx.SMOKE_ENTRY]
+    """A smoke or scan container's command: this envbuild's, or an earlier one's (the image's envbuild-smoke)."""
+    return any(tuple(cmd[: len(head)]) == head for head in (_HEAD, SCAN_HEAD)) or cmd[:1] == [buildctx.SMOKE_ENTRY]
 
 
 def gpu_kwargs(accelerator: str, gpus: str) -> dict[str, Any]:
@@ -47,10 +49,10 @@ def not_envbuild(image: str) -> SmokeError:
     )
 
 
-def cannot_run(image: str, why: str) -> SmokeError:
-    """An envbuild image (its labels say so) in which the smoke test cannot start."""
+def cannot_run(image: str, why: str, what: str = "the smoke test") -> SmokeError:
+    """An envbuild image (its labels say so) in which the smoke test (or the scan) cannot start."""
     return SmokeError(
-        f"the smoke test cannot start in {image}: {why.strip()[-300:]}",
+        f"{what} cannot start in {image}: {why.strip()[-300:]}",
         hint="it runs the image's /bin/sh and `python` (first on PATH); a derived image that removed "
         "or replaced them cannot be checked: rebuild from the envbuild image",
     )
@@ -159,6 +161,22 @@ def inspect(cli: Any, image: str, shown: str | None) -> dict[str, Any]:
             f"no image {shown or image} in the engine", hint="build it (envbuild build NAME) or pull it"
         ) from exc
     return found
+
+
+def finish(container: Any, timeout: float, timed_out: SmokeError) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of a started container once it has ended; `timed_out` is
+    raised when it runs past `timeout` (the caller removes the container either way)."""
+    import docker
+
+    try:
+        status = container.wait(timeout=timeout)
+    except Exception as exc:  # EngineNoAnswer from engine.client's; requests' own from a bare SDK client
+        if isinstance(exc, docker.errors.APIError) or not enginelost.is_timeout(exc):
+            raise
+        raise timed_out from exc
+    out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+    err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    return int(status.get("StatusCode", 1)), out, err
 
 
 def create(cli: Any, image: str, command: list[str], kwargs: dict[str, Any]) -> Any:

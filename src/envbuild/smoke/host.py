@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from envbuild import buildctx, engine, enginelost, freshness, localimage, smokerecord, tmpdirs
+from envbuild import buildctx, engine, freshness, localimage, smokerecord, tmpdirs
 from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError, UsageError
 from envbuild.fsutil import atomic_write_many
@@ -147,21 +147,14 @@ def run_in_image(
                 container.start()
             except docker.errors.APIError as exc2:
                 raise SmokeError(f"the smoke container did not start: {exc2.explanation or exc2}") from exc2
-        try:
-            status = container.wait(timeout=timeout)
-        except Exception as exc:  # EngineNoAnswer from engine.client's; requests' own from a bare SDK client
-            if isinstance(exc, docker.errors.APIError) or not enginelost.is_timeout(exc):
-                raise
-            raise SmokeError(
-                f"the smoke test did not finish within {timeout:.0f}s and was stopped",
-                hint="raise --timeout, or look for a hung collective (NCCL_DEBUG=INFO)",
-            ) from exc
-        out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-        err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        timed_out = SmokeError(
+            f"the smoke test did not finish within {timeout:.0f}s and was stopped",
+            hint="raise --timeout, or look for a hung collective (NCCL_DEBUG=INFO)",
+        )
+        code, out, err = smoke_container.finish(container, timeout, timed_out)
     finally:
         with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True)
-    code = int(status.get("StatusCode", 1))
     try:
         report = read_report(out)
     except ValueError as exc:
