@@ -8,6 +8,7 @@ from typing import Any
 from envbuild import __version__, validate
 from envbuild import profile as profile_mod
 from envbuild._compat import tomllib
+from envbuild.errors import UsageError
 from envbuild.project import Project
 
 # Pinned to commit SHAs (tags can move); the comment says which release each SHA is.
@@ -52,7 +53,13 @@ def runner_for(project: Project, accelerator: str) -> str:
 
 
 def profiles(project: Project) -> list[profile_mod.Profile]:
-    return [validate.load_named(project, name) for name in project.profile_names()]
+    """Every profile of the project; none is an error: an empty matrix fails the CI job that reads
+    it (a workflow with `include:` and nothing under it is not valid), with the CI's words, not these."""
+    names = project.profile_names()
+    if not names:
+        why, fix = project.no_profiles()
+        raise UsageError(f"nothing to put in a CI matrix: {why}", hint=fix)
+    return [validate.load_named(project, name) for name in names]
 
 
 def matrix(project: Project) -> list[dict[str, Any]]:

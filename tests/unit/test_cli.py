@@ -447,6 +447,17 @@ def test_a_profiles_dir_in_envbuild_toml_that_names_no_folder_is_named_as_the_ca
     assert res.code == 2 and res.out == ""
 
 
+def test_ci_github_in_a_project_without_profiles_writes_no_workflow(cli: Cli, tmp_path: Path) -> None:
+    """It wrote a workflow whose matrix was `include:` with nothing under it (exit 0): GitHub
+    refuses that file. Now it fails as `matrix` does, and writes nothing."""
+    target = tmp_path / "wf.yml"
+    res = cli("ci", "github", "-o", str(target), "--project", str(tmp_path))
+    assert res.code == 2
+    assert "nothing to put in a CI matrix: profiles/ does not exist" in res.err
+    assert "envbuild new cu126-py312" in res.err
+    assert not target.exists()
+
+
 def test_smoke_json_that_cannot_be_written_fails_before_the_run(cli: Cli, project: Path, tmp_path: Path) -> None:
     # before: the run took its minute, then the write failed and the table was never shown
     tmp_path = tmp_path / "out"
