@@ -48,7 +48,7 @@ from envbuild.names import (
     quiet,
 )
 from envbuild.plan import Plan, PlanOptions
-from envbuild.project import Project, source_label
+from envbuild.project import Project, Provenance, provenance, source_label
 from envbuild.torchsource import TorchSource
 
 SMOKE_DIR = "smoke"  # in the context; the image's /opt/envbuild
@@ -246,20 +246,6 @@ def _read_ca(path: Path) -> str:
     return text
 
 
-def source_date_epoch(project: Project, lock_path: Path) -> int:
-    """SOURCE_DATE_EPOCH, else the lockfile's last commit time, else its mtime: stable across rebuilds."""
-    if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit():
-        return int(os.environ["SOURCE_DATE_EPOCH"])
-    out = proc.run_ok(["git", "log", "-1", "--format=%ct", "--", str(lock_path)], cwd=project.root, timeout=10) or ""
-    if out.strip().isdigit():
-        return int(out.strip())
-    return int(lock_path.stat().st_mtime)
-
-
-def git_revision(project: Project) -> str:
-    return (proc.run_ok(["git", "rev-parse", "HEAD"], cwd=project.root, timeout=10) or "").strip() or "unknown"
-
-
 def _check_sbom(text: str, marker: Path) -> None:
     """The library's validator on the document the image carries; its key is kept once it passed, so
     the next build of the same document under the same library does not run it again."""
@@ -294,14 +280,14 @@ def _read_or_empty(path: Path) -> str:
         return ""
 
 
-def labels_for(project: Project, plan: Plan, lock_sha: str, epoch: int, apt_sha: str = "") -> dict[str, str]:
+def labels_for(project: Project, plan: Plan, lock_sha: str, made: Provenance, apt_sha: str = "") -> dict[str, str]:
     prof = plan.profile
-    created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    created = datetime.datetime.fromtimestamp(made.epoch, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
     content = content_digest(lock_sha, plan.image_digest, apt_sha)
     labels = {
         "org.opencontainers.image.created": created,
         "org.opencontainers.image.version": f"{prof.name}-{content[:12]}",
-        "org.opencontainers.image.revision": git_revision(project),
+        "org.opencontainers.image.revision": made.revision,
         LABEL_SOURCE: source_label(project),
         "org.opencontainers.image.title": f"envbuild {prof.name}",
         "org.opencontainers.image.description": prof.description or f"PyTorch {prof.torch} ({prof.build_tag})",
@@ -336,12 +322,12 @@ def prepare(
     placed = _cached_wheels(houses, lock, ca_path, say, fetch, project.lockfiles_dir) if prof.flavor == "venv" else {}
     wheels = sorted(placed, key=lambda w: w.name)
     built = dataclasses.replace(plan, source=_build_source(plan, lock, placed))
-    epoch = source_date_epoch(project, lock.path)
-    labels = labels_for(project, built, lock.sha256, epoch, lock.apt_sha256)
+    made = provenance(project, lock.path)
+    labels = labels_for(project, built, lock.sha256, made, lock.apt_sha256)
     pending: Callable[[], None] | None = None
     # what the image holds, from the lockfiles it is built from: the smoke test's integrity check
     # and the manifest then vouch that the environment is exactly this
-    when = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(made.epoch, datetime.timezone.utc)
     sbom_text = sbomdoc.of_lock(prof.name, lock, platform, when, check=False)
     marker = project.work_dir(prof.name) / "sbom.validated"
     if sbomdoc.validation_key(sbom_text) != _read_or_empty(marker):
@@ -391,5 +377,6 @@ def prepare(
             shutil.copy2(source, target)
     for path in sorted(ctx.rglob("*")):
         if not path.is_symlink() and path.suffix != ".whl" and path.parent.name != "tools":
-            os.utime(path, (epoch, epoch))
-    return Context(ctx, built, lock, platform, labels, tuple(w.name for w in wheels), epoch, pending, sides, taking)
+            os.utime(path, (made.epoch, made.epoch))
+    names = tuple(w.name for w in wheels)
+    return Context(ctx, built, lock, platform, labels, names, made.epoch, pending, sides, taking)

@@ -169,6 +169,31 @@ def source_label(project: Project) -> str:
     return without_credentials(remote) if remote else f"file://{project.root}"
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """The `created` time and `revision` an image is labelled with."""
+
+    epoch: int
+    revision: str
+
+
+def provenance(project: Project, lock_path: Path) -> Provenance:
+    """The last commit that changed what the image is made from (the profiles, envbuild.toml, this
+    profile's lockfiles): its hash and time. Not HEAD: a commit of the project's own code or README
+    then gave every image a new ID, so a build with nothing to do made a new image, moved its tags
+    and ran the whole smoke test again. SOURCE_DATE_EPOCH wins for the time; with no such commit
+    (a lockfile not committed yet) the time is the lockfile's mtime and the revision HEAD's."""
+    paths = [str(project.profiles_dir), str(lock_path.parent), str(project.root / CONFIG_NAME)]
+    out = run_ok(["git", "log", "-1", "--format=%H %ct", "--", *paths], cwd=project.root, timeout=10) or ""
+    commit, _, when = out.strip().partition(" ")
+    if not when.isdigit():
+        head = run_ok(["git", "rev-parse", "HEAD"], cwd=project.root, timeout=10) or ""
+        commit, when = head.strip() or "unknown", str(int(lock_path.stat().st_mtime))
+    if os.environ.get("SOURCE_DATE_EPOCH", "").isdigit():
+        when = os.environ["SOURCE_DATE_EPOCH"]
+    return Provenance(int(when), commit)
+
+
 def same_source(a: str, b: str) -> bool:
     """Whether two source labels name one repository: CI often clones over https while a developer's
     remote is ssh (git@host:org/repo.git); both, with or without .git or credentials, are one project."""

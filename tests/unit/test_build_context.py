@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -126,6 +127,47 @@ def test_a_remote_with_a_ci_token_in_it_is_labelled_without_the_token(
     stages = dockerfile.count('io.envbuild.layer="')
     assert stages >= 2
     assert dockerfile.count('org.opencontainers.image.source="https://gitlab.example.com/ml/envs.git"') == stages + 1
+
+
+def test_the_revision_and_created_labels_are_the_last_commit_of_what_the_image_is_made_from(
+    cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They were HEAD (and the lockfile's commit time): a commit of the project's own code gave
+    every image a new ID, so a build with nothing to do made a new image, moved its tags and ran the
+    whole smoke test again. Now both name the last commit of the profiles, envbuild.toml or the
+    profile's lockfiles; SOURCE_DATE_EPOCH still wins for the time."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+
+    def git(*args: str, when: int | None = None) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t"}
+        env["GIT_COMMITTER_EMAIL"] = "t@e"
+        if when is not None:
+            env["GIT_COMMITTER_DATE"] = env["GIT_AUTHOR_DATE"] = f"@{when} +0000"
+        done = subprocess.run(["git", *args], cwd=engineless_project, env=env, check=True, capture_output=True)
+        return done.stdout.decode().strip()
+
+    def labels() -> dict[str, str]:
+        res = cli("build", "cu121-py311", "--context-only", "--json")
+        assert res.code == 0, res.err
+        found: dict[str, str] = json.loads(res.out)["labels"]
+        return found
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "profiles and lockfiles", when=1_700_000_000)
+    defined = git("rev-parse", "HEAD")
+    (engineless_project / "train.py").write_text("print('the project's own code')\n")
+    git("add", "train.py")
+    git("commit", "-q", "-m", "code", when=1_700_100_000)
+    first = labels()
+    assert first["org.opencontainers.image.revision"] == defined != git("rev-parse", "HEAD")
+    assert first["org.opencontainers.image.created"] == "2023-11-14T22:13:20Z"  # 1_700_000_000
+    profile = engineless_project / "profiles" / "cu121-py311.yaml"
+    profile.write_text(profile.read_text().replace("description:", "description: edited", 1))
+    git("commit", "-q", "-am", "a profile edited", when=1_700_200_000)
+    assert labels()["org.opencontainers.image.revision"] == git("rev-parse", "HEAD")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1600000000")
+    assert labels()["org.opencontainers.image.created"] == "2020-09-13T12:26:40Z"
 
 
 def test_a_relock_of_a_small_package_leaves_the_torch_stages_label_as_it_was(engineless_project: Path) -> None:
