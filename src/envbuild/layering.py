@@ -9,6 +9,7 @@ import functools
 import hashlib
 import os
 import platform as host
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,8 +121,9 @@ def constraints_head(plan: Plan, venv: Path | None = None) -> str:
         return (
             f"# The locked torch build and numpy of envbuild profile {name}, written by envbuild venv.\n"
             f"# pip in this venv keeps these (its pip.conf names this file); uv reads no pip.conf, so:\n"
-            f"# uv pip install -c {venv / VENV_CONSTRAINTS} ...\n{where}"
-            f"# To change them, change the profile (envbuild lock {name} && envbuild venv {name} {venv} --force).\n"
+            f"# uv pip install -c {shlex.quote(str(venv / VENV_CONSTRAINTS))} ...\n{where}"
+            f"# To change them, change the profile (envbuild lock {name} && envbuild venv {name} "
+            f"{shlex.quote(str(venv))} --force).\n"
         )
     return (
         f"# The tested torch build and numpy of envbuild profile {name}, written by envbuild build.\n"

@@ -294,9 +294,13 @@ def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, fina
         return None
     groups = layering.layer_groups(plan, snap.pins, snap.text, snap.from_source)
     (staging / layering.VENV_CONSTRAINTS).write_text(layering.constraints(plan, snap.pins, groups, venv=final), "utf-8")
+    path = final / layering.VENV_CONSTRAINTS
+    # pip splits a list setting of its config files at whitespace: a venv in "/tmp/my venv" made every
+    # install there fail ("Could not open requirements file: '/tmp/my'"); a file: URL has none
+    named = path.as_uri() if any(c.isspace() for c in str(path)) else str(path)
     (staging / "pip.conf").write_text(
         "# Written by envbuild venv: pip in this venv keeps the locked torch build and numpy.\n"
-        f"[install]\nconstraint = {final / layering.VENV_CONSTRAINTS}\n",
+        f"[install]\nconstraint = {named}\n",
         "utf-8",
     )
     return final / layering.VENV_CONSTRAINTS

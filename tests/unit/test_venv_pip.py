@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,29 @@ def test_a_bootstrap_wheel_the_lockfile_pins_is_left_to_the_lockfile(tmp_path: P
     assert line.startswith(f"pip @ {(wheels / 'pip-24.0-py3-none-any.whl').as_uri()} --hash=sha256:")
     # an interpreter without a bundled pip: ensurepip is asked instead (`_add_pip`)
     assert venv._bootstrap({"bootstrap": []}, {}, tmp_path / "none.txt") is None
+
+
+def test_a_venv_in_a_folder_with_a_space_in_its_path_keeps_its_pins_for_pip(
+    engineless_project: Path, tmp_path: Path
+) -> None:
+    """pip splits a list setting of a config file at whitespace: the pip.conf of a venv made in
+    "my venv" named a constraint file "/.../my", and every `pip install` there failed with "Could
+    not open constraint file". It now names the file as a file: URL, which pip reads whole."""
+    from envbuild import freshness
+    from envbuild import plan as plan_mod
+    from envbuild.project import open_project
+    from envbuild.validate import load_named
+
+    project = open_project(str(engineless_project))
+    plan = plan_mod.make(project, load_named(project, "cpu-py311"))
+    snap = freshness.require_fresh(project, plan)
+    staging, final = tmp_path / "staging", tmp_path / "my venv"
+    staging.mkdir()
+    held = venv._hold(plan, snap, staging, final)
+    assert held == final / "envbuild-constraints.txt"
+    staging.rename(final)
+    env = {**os.environ, "PIP_CONFIG_FILE": str(final / "pip.conf")}
+    pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--disable-pip-version-check"]
+    done = subprocess.run([*pip, "numpy==1.0"], env=env, capture_output=True, text=True, check=False)
+    assert "Could not open" not in done.stderr, done.stderr
+    assert "The user requested (constraint) numpy==2.1.3" in done.stdout + done.stderr

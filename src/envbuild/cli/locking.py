@@ -1,5 +1,6 @@
 """Commands on lockfiles: lock, and venv (a local environment from one)."""
 
+import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -267,14 +268,15 @@ def venv(
         if not result["pip"]:
             output.err().print(
                 "note: the venv has no pip (this Python has no bundled pip wheel and no working ensurepip, as "
-                f"Debian's without python3-venv and python3-pip-whl): install with uv pip install -p {result['path']}"
-                + (f" -c {result['constraints']}" if result["constraints"] else "")
+                "Debian's without python3-venv and python3-pip-whl): install with uv pip install -p "
+                + shlex.quote(str(result["path"]))
+                + (f" -c {shlex.quote(str(result['constraints']))}" if result["constraints"] else "")
                 + " ..."
             )
         elif result["constraints"]:
             output.err().print(
                 "note: later installs keep the locked torch build and numpy: pip in the venv reads them "
-                f"from its pip.conf; with uv, pass them: uv pip install -c {result['constraints']} ..."
+                f"from its pip.conf; with uv, pass them: uv pip install -c {shlex.quote(str(result['constraints']))} ..."
             )
 
 
