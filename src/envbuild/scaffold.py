@@ -294,8 +294,8 @@ def create(
         text = derived_text(name, parent, base)
     else:
 
-        def check_series(series: Choice) -> None:
-            _checked(project, name, profile_text(name, series, base), extends=None)
+        def check_series(trial: Choice) -> None:
+            _checked(project, name, profile_text(name, trial, base), extends=None)
 
         choice = choose(
             name, torch=torch, numpy=numpy, index_url=index_url or project.config.index_url, before_lookup=check_series

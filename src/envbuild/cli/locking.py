@@ -276,7 +276,8 @@ def venv(
         elif result["constraints"]:
             output.err().print(
                 "note: later installs keep the locked torch build and numpy: pip in the venv reads them "
-                f"from its pip.conf; with uv, pass them: uv pip install -c {shlex.quote(str(result['constraints']))} ..."
+                "from its pip.conf; with uv, pass them: uv pip install -c "
+                f"{shlex.quote(str(result['constraints']))} ..."
             )
 
 
