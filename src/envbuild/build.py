@@ -81,7 +81,7 @@ def _sdk_build(
     source: Callable[[], dict[str, Any]] | None = None,  # what to send (buildahead.whole_build_source)
 ) -> str:
     try:
-        sent: dict[str, Any] = source() if source is not None else {"path": str(ctx), "dockerfile": "Dockerfile"}
+        sent: dict[str, Any] = source() if source is not None else buildahead.whole_folder(ctx)
         stream = cli.api.build(
             **sent,
             target="runtime",

@@ -70,8 +70,6 @@ class _Side(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        from docker.utils import tar
-
         t0 = time.monotonic()
         try:
             self.client = engine.client(timeout=self.timeout)
@@ -79,8 +77,8 @@ class _Side(threading.Thread):
                 self.client.close()
                 return
             with self.log.open("w", encoding="utf-8") as out:
-                archive = tar(
-                    str(self.context), exclude=self.exclude, dockerfile=(SIDE_DOCKERFILE, self.stage.dockerfile)
+                archive = context_archive(
+                    str(self.context), exclude=self.exclude, dockerfile=SIDE_DOCKERFILE, replaced=self.stage.dockerfile
                 )
                 with archive:
                     stream = self.client.api.build(
@@ -213,10 +211,31 @@ def whole_build_source(cli: Any, ctx: Context, say: Events) -> dict[str, Any]:
     for a CPU profile, gigabytes for CUDA), while a cached step needs none of it."""
     images = substitutes(cli, ctx.sides, ctx.plan.base.image) if ctx.taking is not None else {}
     if not images or ctx.taking is None:
-        return {"path": str(ctx.directory), "dockerfile": "Dockerfile"}
-    from docker.utils import tar
-
+        return whole_folder(ctx.directory)
     say("phase", "stages", f"taking {', '.join(f'layer-{g}' for g in images)} from the engine; their wheels stay here")
     folders = [s.wheels for s in ctx.sides if s.name.removeprefix("layer-") in images and s.wheels]
-    archive = tar(str(ctx.directory), exclude=folders, dockerfile=(MAIN_DOCKERFILE, ctx.taking(images)))
+    archive = context_archive(
+        str(ctx.directory), exclude=folders, dockerfile=MAIN_DOCKERFILE, replaced=ctx.taking(images)
+    )
     return {"fileobj": archive, "custom_context": True, "dockerfile": MAIN_DOCKERFILE}
+
+
+def context_archive(
+    folder: str, *, exclude: list[str] | None = None, dockerfile: str = "Dockerfile", replaced: str | None = None
+) -> Any:
+    """A build context as the tar docker-py sends, in a temporary file without a name. docker-py
+    packs into a NamedTemporaryFile in TMPDIR, which a killed build (a CI job's timeout, the OOM
+    killer, Ctrl-C twice) leaves behind as large as the context: the e2e suite's killed builds left
+    40-56 MB each, and a CUDA profile's context is gigabytes. The kernel frees a file with no name
+    when the process ends, however it ends. `replaced`: the text of `dockerfile` to send instead of
+    the folder's."""
+    import tempfile
+
+    from docker.utils import tar
+
+    return tar(folder, exclude=exclude, dockerfile=(dockerfile, replaced), fileobj=tempfile.TemporaryFile())
+
+
+def whole_folder(folder: Path) -> dict[str, Any]:
+    """What a build sends for the context folder as it is (its Dockerfile): docker-py's arguments."""
+    return {"fileobj": context_archive(str(folder)), "custom_context": True, "dockerfile": "Dockerfile"}

@@ -184,3 +184,32 @@ def test_the_dockerfile_taking_an_image_for_a_stage_keeps_every_other_step(engin
     assert taken_head == head and taken.keys() == stages.keys()
     assert taken["layer-torch"] == [f"FROM sha256:{'a' * 64} AS layer-torch"]
     assert all(taken[s] == stages[s] for s in stages if s != "layer-torch")
+
+
+def test_the_context_is_packed_into_a_file_with_no_name_that_a_killed_build_cannot_leave(tmp_path: Path) -> None:
+    """docker-py packs a context into a NamedTemporaryFile in TMPDIR: a build killed while it ran
+    (the e2e suite kills some) left the tar behind, 40-56 MB each here, gigabytes for a CUDA
+    context. The archive envbuild sends has no name: nothing is left however the process ends."""
+    import os
+    import tarfile
+
+    ctx = tmp_path / "context"
+    (ctx / "wheels" / "torch").mkdir(parents=True)
+    (ctx / "wheels" / "torch" / "torch.whl").write_bytes(b"wheel")
+    (ctx / "Dockerfile").write_text("FROM scratch\n")
+    (ctx / "requirements.lock").write_text("x==1\n")
+    archive = buildahead.context_archive(
+        str(ctx), exclude=["wheels/torch"], dockerfile="Dockerfile.taking", replaced="FROM base\n"
+    )
+    with archive:
+        assert os.fstat(archive.fileno()).st_nlink == 0  # no directory entry anywhere
+        with tarfile.open(fileobj=archive) as tar:
+            names = set(tar.getnames())
+            assert {"Dockerfile", "requirements.lock", "Dockerfile.taking"} <= names
+            assert not any(n.startswith("wheels/torch/") for n in names)
+            member = tar.extractfile("Dockerfile.taking")
+            assert member is not None and member.read() == b"FROM base\n"
+    whole = buildahead.whole_folder(ctx)
+    with whole["fileobj"] as packed, tarfile.open(fileobj=packed) as tar:
+        assert "wheels/torch/torch.whl" in tar.getnames()
+    assert whole["custom_context"] is True and whole["dockerfile"] == "Dockerfile"
