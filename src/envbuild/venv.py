@@ -166,6 +166,13 @@ def create(
             staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+    warnings = []
+    if any(c.isspace() for c in str(target.resolve())):
+        # torch joins -I/-L folders into its compiler commands unquoted (the smoke test names it too)
+        warnings.append(
+            f"{target.resolve()} has a space in its path: torch.compile on the CPU and C++ extensions fail in "
+            "this venv (torch passes its folders to the compiler unquoted); make it in a folder whose path has none"
+        )
     return {
         "path": str(target),
         "python": facts["version"],
@@ -173,6 +180,7 @@ def create(
         "lockfile": str(lock_file),
         "constraints": str(held or ""),
         "pip": pip,
+        "warnings": warnings,
     }
 
 

@@ -80,6 +80,19 @@ def test_pip_in_a_venv_keeps_the_locked_torch_and_numpy_as_in_the_image(tmp_path
     )
     assert tried.returncode != 0, tried.stdout
     assert "(constraint) numpy==2.1.3" in tried.stdout + tried.stderr
+    # in a folder with a space: pip split the pip.conf's path and every install failed ("Could not
+    # open constraint file"); and the user is told what torch's C++ builds cannot do there
+    spaced = tmp_path / "my venv"
+    made = envbuild("venv", "cpu-py311", str(spaced), "--find-links", WHEELS, "--no-compile", "--json", cwd=REPO)
+    assert made.returncode == 0, made.stderr
+    [warning] = json.loads(made.stdout)["warnings"]
+    assert "has a space in its path: torch.compile on the CPU and C++ extensions fail" in warning
+    pip_args = ["install", "--dry-run", "numpy==2.2.0"]
+    tried = subprocess.run(
+        [str(spaced / "bin" / "pip"), *pip_args], check=False, capture_output=True, text=True, env=env
+    )
+    assert "Could not open" not in tried.stderr, tried.stderr
+    assert "(constraint) numpy==2.1.3" in tried.stdout + tried.stderr
 
 
 def test_cpu_profile_locks_from_wheelhouse_and_makes_a_venv(proj: Path, tmp_path: Path) -> None:

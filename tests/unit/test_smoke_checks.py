@@ -142,7 +142,18 @@ def test_needed_libraries_agrees_with_readelf_on_a_real_shared_object() -> None:
     ],
 )
 def test_compile_failures_are_diagnosed(error: BaseException, remedy: str) -> None:
-    assert remedy in compiled._diagnose(error)
+    assert remedy in compiled._diagnose(error, "/opt/venv")
+
+
+def test_a_compile_failure_in_an_environment_whose_path_has_a_space_names_the_space() -> None:
+    """torch passes -I/-L folders to g++ unquoted: in a venv at "/tmp/my venv" every inductor build
+    failed with "cannot find -ltorch", and the remedy said to install g++, which was there."""
+    error = RuntimeError(
+        "CppCompileError: C++ compile error ... -I/tmp/my venv/lib/python3.11/site-packages/torch/include ... "
+        "/usr/bin/ld: cannot find -ltorch: No such file or directory"
+    )
+    said = compiled._diagnose(error, "/tmp/my venv")
+    assert "this environment's path has a space (/tmp/my venv)" in said and "install g++" not in said
 
 
 @pytest.mark.parametrize(

@@ -265,6 +265,9 @@ def venv(
             f"created {result['path']}: Python {result['python']}, {result['packages']} packages "
             f"from {proj.rel(Path(str(result['lockfile'])))}"
         )
+        warnings = result["warnings"]
+        for warning in warnings if isinstance(warnings, list) else ():
+            output.err().print(f"warning: {warning}")
         if not result["pip"]:
             output.err().print(
                 "note: the venv has no pip (this Python has no bundled pip wheel and no working ensurepip, as "

@@ -100,9 +100,18 @@ def _toolchain_problem(tools: dict[str, Any], gpu: bool, *, image: bool = True) 
     return None
 
 
-def _diagnose(exc: BaseException) -> str:
+def _diagnose(exc: BaseException, prefix: str | None = None) -> str:
     text = f"{type(exc).__name__}: {exc}"
-    if "CppCompile" in text or "C++ compiler" in text or "InvalidCxxCompiler" in text:
+    where = sys.prefix if prefix is None else prefix
+    compiler = "CppCompile" in text or "C++ compiler" in text or "InvalidCxxCompiler" in text
+    if compiler and any(c.isspace() for c in where):
+        # torch joins -I/-L folders into the compiler's command unquoted: "/tmp/my venv" is two words
+        return (
+            f"this environment's path has a space ({where}): torch passes its include and library folders "
+            "to the C++ compiler unquoted, so every C++ build (torch.compile on CPU, C++ extensions) fails "
+            "in it; make the environment in a folder whose path has none (envbuild venv NAME DIR)"
+        )
+    if compiler:
         return "the C++ compiler failed: install g++ and the Python headers (compile: true)"
     if "Python.h" in text:
         return "the Python headers are missing: install python3.X-dev (compile: true)"
