@@ -76,7 +76,7 @@ def _image_side(project: Project, ref: str) -> Side:
             f"{ref} has no readable build manifest ({MANIFEST_PATH})",
             hint="only images envbuild built (this version or later) carry one: rebuild it with envbuild build",
         )
-    manifest = scan.environment(cli, image.id, root, shown=ref)
+    manifest = scan.environment(cli, image.id, root, shown=ref, inspected=image.attrs)
     files: dict[str, list[Any]] = {**manifest["files"], **_interpreter_files(manifest.get("interpreter"))}
     profile = (image.labels or {}).get(LABEL_PROFILE)
     return Side(ref, "image", distributions_of(files), dict(manifest.get("os_packages") or {}), files, profile)

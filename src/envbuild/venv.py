@@ -113,6 +113,7 @@ def create(
             f"-p {target} {lock}`)",
         )
     check_target(target, force)
+    final = target.resolve()  # where the venv's files will say they are
     plan = plan_mod.make(project, prof, options)
     facts = probe(python) if python else probe(find_python(prof))
     platform = str(facts["machine"])
@@ -160,17 +161,17 @@ def create(
             )
             _uv(args)
             pip = _pip_version(staging) if bootstrap is not None else _add_pip(staging)
-            held = _hold(plan, snap, staging, target.resolve())
+            held = _hold(plan, snap, staging, final)
             if target.exists():
                 shutil.rmtree(target)
             staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     warnings = []
-    if any(c.isspace() for c in str(target.resolve())):
+    if _has_space(final):
         # torch joins -I/-L folders into its compiler commands unquoted (the smoke test names it too)
         warnings.append(
-            f"{target.resolve()} has a space in its path: torch.compile on the CPU and C++ extensions fail in "
+            f"{final} has a space in its path: torch.compile on the CPU and C++ extensions fail in "
             "this venv (torch passes its folders to the compiler unquoted); make it in a folder whose path has none"
         )
     return {
@@ -305,13 +306,17 @@ def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, fina
     path = final / layering.VENV_CONSTRAINTS
     # pip splits a list setting of its config files at whitespace: a venv in "/tmp/my venv" made every
     # install there fail ("Could not open requirements file: '/tmp/my'"); a file: URL has none
-    named = path.as_uri() if any(c.isspace() for c in str(path)) else str(path)
+    named = path.as_uri() if _has_space(path) else str(path)
     (staging / "pip.conf").write_text(
         "# Written by envbuild venv: pip in this venv keeps the locked torch build and numpy.\n"
         f"[install]\nconstraint = {named}\n",
         "utf-8",
     )
     return final / layering.VENV_CONSTRAINTS
+
+
+def _has_space(path: Path) -> bool:
+    return any(c.isspace() for c in str(path))
 
 
 def check_target(target: Path, force: bool) -> None:

@@ -151,6 +151,20 @@ def cannot_exec(message: str) -> bool:
     return "executable file not found" in message or "no such file or directory" in message.lower()
 
 
+def start(container: Any, shown: str, what: str = "the smoke test") -> None:
+    """Start a created smoke or scan container. An image whose shell or `python` is gone is
+    cannot_run (no retry helps); any other refusal is the engine's APIError, for the caller."""
+    import docker
+
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        why = str(exc.explanation or exc)
+        if cannot_exec(why):
+            raise cannot_run(shown, why, what) from exc
+        raise
+
+
 def inspect(cli: Any, image: str, shown: str | None) -> dict[str, Any]:
     import docker
 

@@ -128,10 +128,8 @@ def run_in_image(
     # included (the engine may already run it while the client still waits for the answer).
     try:
         try:
-            container.start()
+            smoke_container.start(container, shown or image)
         except docker.errors.APIError as exc:
-            if smoke_container.cannot_exec(str(exc.explanation or exc)):
-                raise smoke_container.cannot_run(shown or image, str(exc.explanation or exc)) from exc
             if not gpu_kwargs:
                 raise SmokeError(f"the smoke container did not start: {exc.explanation or exc}") from exc
             # The engine cannot hand out the GPUs (no NVIDIA runtime, no /dev/kfd). The image is

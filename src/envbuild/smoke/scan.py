@@ -22,20 +22,29 @@ _WHAT = "the scan of its environment"
 SCAN_TIMEOUT_S = 600.0  # hashing a CUDA image's ~6 GB takes about a minute on 2 cores
 
 
-def environment(cli: Any, image: str, root: str, *, shown: str, timeout: float = SCAN_TIMEOUT_S) -> dict[str, Any]:
-    """The manifest of `image`'s environment under `root` as it is now ({"files": ..., "os_packages": ...})."""
+def environment(
+    cli: Any,
+    image: str,
+    root: str,
+    *,
+    shown: str,
+    inspected: dict[str, Any] | None = None,
+    timeout: float = SCAN_TIMEOUT_S,
+) -> dict[str, Any]:
+    """The manifest of `image`'s environment under `root` as it is now ({"files": ..., "os_packages": ...}).
+
+    `inspected`: the engine's inspect of `image`, where the caller holds it already."""
     import docker
 
-    inspected = smoke_container.inspect(cli, image, shown)
+    if inspected is None:
+        inspected = smoke_container.inspect(cli, image, shown)
     command = [*smoke_container.SCAN_HEAD, "--root", root, "--stdout"]
     container = smoke_container.create(cli, image, command, smoke_container.with_host_smoke(inspected))
     try:
         try:
-            container.start()
+            smoke_container.start(container, shown, _WHAT)
         except docker.errors.APIError as exc:
             why = str(exc.explanation or exc)
-            if smoke_container.cannot_exec(why):
-                raise smoke_container.cannot_run(shown, why, _WHAT) from exc
             raise SmokeError(f"{shown}: the container that scans its environment did not start: {why}") from exc
         timed_out = SmokeError(
             f"the scan of {shown}'s environment did not finish within {timeout:.0f}s and was stopped"
