@@ -77,7 +77,7 @@ def python_tags(filenames: list[str]) -> list[str]:
     return [f"3.{minor}" for minor in sorted(found)]
 
 
-NUMPY_OLDEST = Version("1.24")  # older numpy predates every torch release in the data
+NUMPY_OLDEST = Version("1.21")  # the first for Python 3.7-3.10, which torch 1.13 (the oldest in the data) spans
 
 
 def numpy_pythons(releases: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -117,6 +117,7 @@ def refresh_numpy(rules: dict[str, Any], index: dict[str, Any]) -> list[str]:
         elif list(row["python"]) != [lo, hi]:
             changes.append(f"numpy {minor}: python {'-'.join(row['python'])} -> {lo}-{hi}")
             row["python"] = [lo, hi]
+    rules["python_ranges"].sort(key=lambda r: Version(r["numpy"]))  # a new row, older or newer, in its place
     if changes and "PyPI" not in rules.get("python_ranges_source", ""):
         rules["python_ranges_source"] += "; every row checked against numpy's wheels and Requires-Python on PyPI"
     return changes

@@ -134,7 +134,13 @@ NUMPY_INDEX = {  # numpy's PyPI index as it stood on 2026-12-04, trimmed to what
             {"filename": "numpy-2.5.2-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"},
         ],
         "2.6.0rc1": [{"filename": "numpy-2.6.0rc1-cp313-cp313-manylinux_2_28_x86_64.whl"}],
-        "1.23.5": [{"filename": "numpy-1.23.5-cp38-cp38-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"}],
+        # older than the oldest the data needs (NUMPY_OLDEST): left out though its wheel and Requires-Python fit
+        "1.20.3": [
+            {
+                "filename": "numpy-1.20.3-cp38-cp38-manylinux_2_12_x86_64.manylinux2010_x86_64.whl",
+                "requires_python": ">=3.7",
+            }
+        ],
     }
 }
 for _files in NUMPY_INDEX["releases"].values():
@@ -146,6 +152,39 @@ def test_numpy_python_ranges_come_from_its_wheels_and_requires_python() -> None:
     # a later patch's wheels widen the range (3.15 came with 2.5.2); pre-releases, other
     # platforms and numpy older than every torch in the data are left out
     assert numpy_pythons(NUMPY_INDEX["releases"]) == {"2.4": ("3.11", "3.14"), "2.5": ("3.12", "3.15")}
+
+
+def test_a_row_for_an_older_numpy_goes_in_its_place_and_validate_then_refuses_a_newer_python(
+    tmp_path: Path,
+) -> None:
+    """numpy 1.21-1.23 had no rows (the data started at 1.24), so a profile pinning numpy 1.21 on
+    Python 3.12 passed validate with a warning and failed in the lock (an sdist that cannot build)."""
+    index = {
+        "releases": {
+            **NUMPY_INDEX["releases"],
+            "1.21.6": [
+                {"filename": "numpy-1.21.6-cp310-cp310-manylinux_2_17_x86_64.whl", "requires_python": ">=3.7,<3.11"},
+                {"filename": "numpy-1.21.6-cp37-cp37m-manylinux_2_12_x86_64.whl", "requires_python": ">=3.7,<3.11"},
+            ],
+        }
+    }
+    rules: dict[str, Any] = {"python_ranges": [{"numpy": "2.4", "python": ["3.11", "3.14"]}]}
+    rules["python_ranges_source"] = ""
+    assert refresh_numpy(rules, index) == [
+        "numpy 1.21: python (new) -> 3.7-3.10",
+        "numpy 2.5: python (new) -> 3.12-3.15",
+    ]
+    assert [r["numpy"] for r in rules["python_ranges"]] == ["1.21", "2.4", "2.5"]
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "cpu-py312.yaml").write_text(
+        'name: cpu-py312\npython: "3.12"\ntorch: "2.9.1"\naccelerator: cpu\nnumpy: "1.21.6"\n'
+    )
+    from envbuild import validate
+
+    loaded = validate.check(tmp_path / "profiles" / "cpu-py312.yaml")
+    assert [(d.field, d.message) for d in loaded.diagnostics if d.severity == "error"] == [
+        ("numpy", "numpy 1.21 supports Python 3.7-3.10, not 3.12")
+    ]
 
 
 def test_a_new_numpy_minor_gets_its_row_and_validate_then_refuses_an_older_python(tmp_path: Path) -> None:
@@ -169,7 +208,7 @@ def test_a_new_numpy_minor_gets_its_row_and_validate_then_refuses_an_older_pytho
         (
             "numpy",
             "numpy 2.5 supports Python 3.12-3.15, not 3.11",
-            "use a numpy 2.4.x release (numpy 1.24-2.4 fit Python 3.11 and torch 2.13.0)",
+            "use a numpy 2.4.x release (numpy 1.23-2.4 fit Python 3.11 and torch 2.13.0)",
         )
     ]
 
