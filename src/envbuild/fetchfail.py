@@ -59,10 +59,11 @@ class Explanation:
         return "\n".join([self.summary, *lines])
 
 
-def explain(tool: str, text: str, route: str) -> Explanation | None:
+def explain(tool: str, text: str, route: str, unsolved: Explanation | None = None) -> Explanation | None:
     """Why `tool` failed, when its message says so in a way this recognises; else None.
 
-    `route` is the caller's way around an unreachable source ("point `index_url:` at a mirror").
+    `route` is the caller's way around an unreachable source ("point `index_url:` at a mirror");
+    `unsolved`, what a resolution that found no answer means to a caller that is not a profile's lock.
     """
     lowered = text.lower()
     full = _FULL.search(text)
@@ -85,7 +86,7 @@ def explain(tool: str, text: str, route: str) -> Explanation | None:
         missing = _MISSING.search(text)
         if missing is not None:
             return _not_found(tool, missing.group("name"))
-        return Explanation(
+        return unsolved or Explanation(
             f"{tool} found no set of versions that satisfies the profile's pins",
             "the resolver's reasoning follows; change the pin it names "
             "(`envbuild compat torch==X.Y.Z` shows what a torch release pairs with)",
@@ -130,17 +131,19 @@ def _hint_for(host: str, cause: str, route: str) -> str:
     return f"check the network path to {host} (HTTPS_PROXY), or {route}"
 
 
-def describe(tool: str, text: str, route: str, fallback_hint: str) -> Explanation:
+def describe(tool: str, text: str, route: str, fallback_hint: str, unsolved: Explanation | None = None) -> Explanation:
     """`explain`, or the message's first line under the caller's generic fix."""
-    why = explain(tool, text, route)
+    why = explain(tool, text, route, unsolved)
     if why is not None:
         return why
     first = next((line.strip() for line in text.splitlines() if line.strip()), "no message")
     return Explanation(f"{tool} failed: {first}", fallback_hint)
 
 
-def failure(kind: type[E], tool: str, output: str, route: str, fallback_hint: str) -> E:
+def failure(
+    kind: type[E], tool: str, output: str, route: str, fallback_hint: str, unsolved: Explanation | None = None
+) -> E:
     """The error for a tool's failed run: credentials redacted, summarised, the tool's own words kept below."""
     message = redact(output.strip())
-    why = describe(tool, message, route, fallback_hint)
+    why = describe(tool, message, route, fallback_hint, unsolved)
     return kind(why.with_detail(message[-3000:]), hint=why.hint)

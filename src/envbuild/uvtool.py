@@ -73,6 +73,7 @@ def run(
     route: str = LOCK_ROUTE,
     fallback_hint: str = "the resolver's message above says why",
     what: str = "uv",
+    unsolved: fetchfail.Explanation | None = None,
 ) -> str:
     """uv's stdout; its failure as `error`, summarised by fetchfail with the uv message below."""
     done = proc.run(
@@ -88,7 +89,7 @@ def run(
         f"or allow longer with {TIMEOUT_ENV}=SECONDS",
     )
     if done.returncode != 0:
-        raise fetchfail.failure(error, what, done.stderr.strip() or done.stdout, route, fallback_hint)
+        raise fetchfail.failure(error, what, done.stderr.strip() or done.stdout, route, fallback_hint, unsolved)
     return done.stdout
 
 
@@ -137,7 +138,13 @@ def newest_versions(
     ]
     if not with_deps:
         args.append("--no-deps")
-    out = run(args, error=error, cwd=Path.cwd(), stdin="".join(f"{r}\n" for r in requirements), route=route)
+    # no answer here means the index has no such release (a series not out yet), not a conflict of pins
+    unsolved = fetchfail.Explanation(
+        f"{index_url} has no release for Python {python} that satisfies {' and '.join(requirements)}",
+        "name a release the index has (uv's words say which of these it lacks, and what it found)",
+    )
+    stdin = "".join(f"{r}\n" for r in requirements)
+    out = run(args, error=error, cwd=Path.cwd(), stdin=stdin, route=route, unsolved=unsolved)
     pins = {}
     for line in out.splitlines():
         name, sep, version = line.strip().partition("==")

@@ -221,6 +221,33 @@ def test_new_without_an_index_says_how_to_go_on(
     assert not (empty_project / "profiles").exists()
 
 
+def test_new_with_a_series_the_index_has_not_released_says_so_and_writes_nothing(
+    cli: Callable[..., Result], empty_project: Path, tmp_path: Path
+) -> None:
+    """Real uv against a local index that has torch 2.14.1 and numpy 2.5.5: `--torch 2.16` was
+    "uv found no set of versions that satisfies the profile's pins" before any profile existed."""
+    for name, wheel in (
+        ("torch", "torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"),
+        ("numpy", "numpy-2.5.5-cp312-cp312-manylinux_2_28_x86_64.whl"),
+    ):
+        folder = tmp_path / "simple" / name
+        folder.mkdir(parents=True)
+        (folder / wheel).write_bytes(b"never read: --no-deps picks by the file's name")
+        (folder / "index.html").write_text(f'<a href="{wheel}">{wheel}</a>\n')
+    index_url = (tmp_path / "simple").as_uri()
+    res = cli("new", "cpu-py312", "--torch", "2.16", "--index-url", index_url, "--project", str(empty_project))
+    assert res.code == 4, res.err
+    assert f"error: {index_url} has no release for Python 3.12 that satisfies torch==2.16.* and numpy==" in res.err
+    assert "only torch==2.14.1 is available" in res.err  # uv's words, kept
+    assert "fix: name a release the index has" in res.err
+    assert "profile's pins" not in res.err
+    assert not (empty_project / "profiles").exists()
+    # the same index answers a released series
+    res = cli("new", "cpu-py312", "--torch", "2.14", "--index-url", index_url, "--project", str(empty_project))
+    assert res.code == 0, res.err
+    assert 'torch: "2.14.1"' in (empty_project / "profiles" / "cpu-py312.yaml").read_text()
+
+
 @pytest.mark.parametrize(
     ("name", "parts"),
     [
