@@ -145,15 +145,36 @@ def github_workflow(project: Project, registry: str = "ghcr.io/${{ github.reposi
         "      - name: Build and smoke-test",
         "        # GPU runners run every check; CPU runners skip only what needs a GPU.",
         "        run: envbuild build ${{ matrix.profile }} --gpus ${{ matrix.gpu && 'all' || 'none' }}",
+        *_login_step(registry),
+        "      - name: Push",
+        "        if: github.event_name == 'push' && github.ref == 'refs/heads/main'",
+        "        # ${REGISTRY,,}: registries take lowercase paths only, and github.repository keeps the",
+        "        # owner's case (Acme/Envs), which made every push fail",
+        "        shell: bash",
+        "        env:",
+        f"          REGISTRY: {registry}/envbuild",
+        '        run: envbuild push ${{ matrix.profile }} --registry "${REGISTRY,,}"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _login_step(registry: str) -> list[str]:
+    """The push job's login: to the registry the images go to (it was ghcr.io whatever `--registry`
+    said), with the workflow's own token where that is ghcr.io and repository secrets elsewhere."""
+    host = registry.split("/", 1)[0]
+    if host == "ghcr.io":
+        credentials = ["          username: ${{ github.actor }}", "          password: ${{ secrets.GITHUB_TOKEN }}"]
+    else:
+        credentials = [
+            f"          # {host} takes no GITHUB_TOKEN: set these two repository secrets",
+            "          username: ${{ secrets.REGISTRY_USERNAME }}",
+            "          password: ${{ secrets.REGISTRY_PASSWORD }}",
+        ]
+    return [
         "      - name: Log in to the registry",
         "        if: github.event_name == 'push' && github.ref == 'refs/heads/main'",
         f"        uses: {ACTIONS['login']}  # {ACTION_VERSIONS['login']}",
         "        with:",
-        "          registry: ghcr.io",
-        "          username: ${{ github.actor }}",
-        "          password: ${{ secrets.GITHUB_TOKEN }}",
-        "      - name: Push",
-        "        if: github.event_name == 'push' && github.ref == 'refs/heads/main'",
-        f"        run: envbuild push ${{{{ matrix.profile }}}} --registry {registry}/envbuild",
+        f"          registry: {host}",
+        *credentials,
     ]
-    return "\n".join(lines) + "\n"

@@ -653,7 +653,7 @@ def test_ci_github_checks_its_registry_and_names_a_missing_workflow(cli: Cli, pr
     res = cli("ci", "github", "--registry", "bad reg", "--project", str(project))
     assert res.code == 2 and "--registry 'bad reg' is not a registry path" in res.err and res.out == ""
     ok = cli("ci", "github", "--registry", "${{ vars.REGISTRY }}/envs", "--project", str(project))
-    assert ok.code == 0 and "--registry ${{ vars.REGISTRY }}/envs" in ok.out
+    assert ok.code == 0 and "REGISTRY: ${{ vars.REGISTRY }}/envs/envbuild" in ok.out
     missing = tmp_path / "wf.yml"
     res = cli("ci", "github", "--check", "-o", str(missing), "--project", str(project))
     assert res.code == 1 and f"{missing} is missing" in res.err and "lockfile" not in res.err

@@ -229,6 +229,61 @@ def test_generated_workflow_installs_envbuild_by_version_outside_its_own_reposit
     _validate_workflow(target)
 
 
+@pytest.mark.parametrize(
+    ("registry", "repository", "expected"),
+    [
+        # github.repository keeps the owner's case; registries refused the path (every push failed)
+        (None, "Acme/Vision-Envs", ("ghcr.io", "ghcr.io/acme/vision-envs/envbuild")),
+        # another registry: the login went to ghcr.io all the same, with a token that registry never takes
+        (
+            "registry.example.com:5000/ml",
+            "Acme/x",
+            ("registry.example.com:5000", "registry.example.com:5000/ml/envbuild"),
+        ),
+    ],
+)
+def test_the_workflow_pushes_to_a_lowercase_path_after_logging_in_to_that_registry(
+    cli: Callable[..., Result],
+    engineless_project: Path,
+    tmp_path: Path,
+    registry: str | None,
+    repository: str,
+    expected: tuple[str, str],
+) -> None:
+    import yaml
+
+    login, pushed = expected
+    from envbuild import refs
+
+    target = tmp_path / "envbuild.yml"
+    res = cli("ci", "github", "-o", str(target), *(["--registry", registry] if registry else []))
+    assert res.code == 0, res.err
+    _validate_workflow(target)
+    steps = {step.get("name"): step for step in yaml.safe_load(target.read_text())["jobs"]["build"]["steps"]}
+    assert steps["Log in to the registry"]["with"]["registry"] == login
+    expected_password = "${{ secrets.GITHUB_TOKEN }}" if login == "ghcr.io" else "${{ secrets.REGISTRY_PASSWORD }}"
+    assert steps["Log in to the registry"]["with"]["password"] == expected_password
+    # the push step as the runner runs it: GitHub's expressions filled in, in bash, with an
+    # envbuild that says what it was asked
+    push = steps["Push"]
+    assert push["shell"] == "bash"
+    env = {k: v.replace("${{ github.repository }}", repository) for k, v in push["env"].items()}
+    shim = tmp_path / "bin" / "envbuild"
+    shim.parent.mkdir()
+    shim.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    shim.chmod(0o755)
+    run = push["run"].replace("${{ matrix.profile }}", "cpu-py311")
+    done = subprocess.run(
+        ["bash", "-e", "-c", run],
+        env={**os.environ, **env, "PATH": f"{shim.parent}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.splitlines() == ["push", "cpu-py311", "--registry", pushed]
+    refs.check("--registry", pushed, "registry")  # what push itself accepts
+
+
 def test_envbuilds_own_workflow_installs_the_checkout_and_is_a_valid_workflow() -> None:
     from tests.conftest import REPO
 
