@@ -11,7 +11,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuild.names import ACCELERATOR_SHOWN, canonical
-from envbuild.profilefile import Loaded
+from envbuild.profilefile import OWN_BUILD, Loaded
 
 
 def check(ld: Loaded, data: dict[str, Any]) -> None:
@@ -141,7 +141,6 @@ def _direct_url(ld: Loaded, i: int, req: Requirement, item: str) -> None:
         "error",
         f"packages[{i}]",
         f"{req.name} @ {url[:80]}: a direct URL is not a release the lockfiles can pin with its hash",
-        f'pin the release instead ("{req.name}=={version}"); for a build of your own (a git checkout, a '
-        "private wheel), put its wheel in a find_links folder and pin its version",
+        f'pin the release instead ("{req.name}=={version}"); {OWN_BUILD}',
         item,
     )

@@ -24,7 +24,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical, json_sha256
-from envbuild.profilefile import Loaded, free_threaded, read_raw, series_newest
+from envbuild.profilefile import Loaded, free_threaded, read_raw, series_newest, unparsable_fix
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
@@ -127,7 +127,7 @@ def _requirement(value: str) -> str:
         req = Requirement(value)
     except InvalidRequirement as exc:
         reason = str(exc).splitlines()[0].rstrip(".")
-        raise _fail(f"{value!r} is not a PEP 508 requirement ({reason})", 'write e.g. "einops==0.8.0"') from exc
+        raise _fail(f"{value!r} is not a PEP 508 requirement ({reason})", unparsable_fix(value)) from exc
     if canonical(req.name) in PINNED_ELSEWHERE:
         raise _fail(
             f"{req.name} is pinned by its own field",

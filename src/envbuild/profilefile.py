@@ -265,3 +265,19 @@ def read_raw(path: Path, shown: str | None = None) -> Loaded:
     if merged is not None:
         loaded.data = merged
     return loaded
+
+
+# how a `packages` entry names what is not a release on an index (profile and packagerules say it)
+OWN_BUILD = (
+    "for a build of your own (a git checkout, a private wheel), put its wheel in a find_links folder "
+    "and pin its version"
+)
+# what pip takes on its command line but a requirement is not: a VCS or other URL, a path, an option ("-e .")
+_NOT_A_RELEASE = re.compile(r"^(?:[a-z]+\+[a-z]+://|[a-z]+://|[-./~])", re.IGNORECASE)
+
+
+def unparsable_fix(item: str) -> str:
+    """The fix for a `packages` entry that is no PEP 508 requirement."""
+    if _NOT_A_RELEASE.match(item.strip()):
+        return f"packages are releases (NAME==VERSION); {OWN_BUILD}"
+    return 'write e.g. "einops==0.8.0"'

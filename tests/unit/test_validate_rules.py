@@ -211,6 +211,19 @@ def test_bad_pep508(write_profile: Callable[..., Path]) -> None:
     assert 'write e.g. "einops==0.8.0"' in msg
 
 
+@pytest.mark.parametrize("item", ["git+https://github.com/acme/tools@v1.2", "-e .", "./tools", "/srv/tools"])
+def test_a_pip_command_line_item_in_packages_is_told_how_to_pin_its_wheel(
+    write_profile: Callable[..., Path], item: str
+) -> None:
+    """What pip takes on its command line (a git URL, a path, `-e .`) got "write e.g. einops==0.8.0"."""
+    msg = only_error(write_profile(packages=[item]))
+    assert f"packages[0]: {item!r} is not a PEP 508 requirement" in msg
+    assert msg.endswith(
+        "packages are releases (NAME==VERSION); for a build of your own (a git checkout, a private wheel), put its "
+        "wheel in a find_links folder and pin its version"
+    )
+
+
 def test_torch_in_packages_is_refused(write_profile: Callable[..., Path]) -> None:
     msg = only_error(write_profile(packages=["torch==2.3.1"]))
     assert "set `torch:` instead" in msg
