@@ -32,6 +32,9 @@ ProjectOpt = Annotated[
 ProfilesArg = Annotated[list[str] | None, typer.Argument(help="Profiles to look at (default: all).")]
 
 
+NameArg = Annotated[str, typer.Argument(help="A profile's name (its file is profiles/NAME.yaml).")]
+
+
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Machine-readable output on stdout.", callback=output.json_requested)
 ]

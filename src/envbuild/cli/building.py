@@ -10,6 +10,7 @@ from envbuild.cli._common import (
     FindLinksOpt,
     IndexUrlOpt,
     JsonOpt,
+    NameArg,
     ProfilesArg,
     ProjectOpt,
     RepoOpt,
@@ -54,7 +55,7 @@ def _print_smoke(report: dict[str, Any], con: Any) -> None:
 
 @app.command()
 def build(
-    name: str,
+    name: NameArg,
     tag: RepoOpt = None,
     base: Annotated[str | None, typer.Option(help="Override the base image.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Build every step anew.")] = False,

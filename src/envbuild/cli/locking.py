@@ -12,6 +12,7 @@ from envbuild.cli._common import (
     FindLinksOpt,
     IndexUrlOpt,
     JsonOpt,
+    NameArg,
     ProjectOpt,
     TorchIndexOpt,
     app,
@@ -223,8 +224,10 @@ def _with_heartbeat(states: dict[str, tuple[str, str]], lock_: Any, started: flo
 
 @app.command()
 def venv(
-    name: str,
-    directory: Path,
+    name: NameArg,
+    directory: Annotated[
+        Path, typer.Argument(help="Where the venv goes: a new or empty folder (--force: a venv to replace).")
+    ],
     python: Annotated[
         str | None,
         typer.Option(help="Interpreter to base the venv on (default: python3.X on PATH)."),

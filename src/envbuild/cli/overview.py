@@ -9,6 +9,7 @@ import typer
 from envbuild import output
 from envbuild.cli._common import (
     JsonOpt,
+    NameArg,
     ProfilesArg,
     ProjectOpt,
     RepoOpt,
@@ -221,7 +222,7 @@ def doctor(
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run_image(
     ctx: typer.Context,
-    name: str,
+    name: NameArg,
     tag: RepoOpt = None,
     gpus: Annotated[str, typer.Option(help="auto (a GPU profile's: all), all, none or a count.")] = "auto",
     ipc_host: Annotated[

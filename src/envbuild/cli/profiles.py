@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 from envbuild.cli._common import (
     JsonOpt,
+    NameArg,
     ProjectOpt,
     app,
     check_jobs,
@@ -64,7 +65,7 @@ def list_(project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
 
 
 @app.command()
-def show(name: str, project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
+def show(name: NameArg, project: ProjectOpt = None, as_json: JsonOpt = False) -> None:
     """Show a profile as resolved after `extends`."""
 
     proj = project_at(project)
@@ -247,7 +248,7 @@ def outdated(
 
 @app.command()
 def render(
-    name: str,
+    name: NameArg,
     output_dir: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write the files here (default: print the Dockerfile)."),

@@ -7,6 +7,7 @@ import typer
 from envbuild import output, refs
 from envbuild.cli._common import (
     JsonOpt,
+    NameArg,
     ProjectOpt,
     RepoOpt,
     app,
@@ -18,7 +19,7 @@ from envbuild.cli._common import (
 
 @app.command()
 def push(
-    name: str,
+    name: NameArg,
     tag: RepoOpt = None,
     registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to push to.")] = None,
     project: ProjectOpt = None,
@@ -43,7 +44,7 @@ def push(
 
 @app.command()
 def pull(
-    name: str,
+    name: NameArg,
     registry: Annotated[str | None, typer.Option(help="HOST[:PORT]/PATH to pull from.")] = None,
     digest: Annotated[str | None, typer.Option(help="Pull by digest (sha256:...) instead of the moving tag.")] = None,
     tag: RepoOpt = None,
