@@ -1,5 +1,6 @@
-"""validate's rules about what a profile installs: `packages`, `build_requires`, and the fields
-that only one flavor reads (a field the other flavor would drop without a word)."""
+"""validate's rules about what a profile installs: `packages`, `build_requires`, the fields that
+only one flavor reads (a field the other flavor would drop without a word), and the `env` settings
+the image's own environment depends on."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from envbuild.profilefile import OWN_BUILD, Loaded
 def check(ld: Loaded, data: dict[str, Any]) -> None:
     _listed_twice(ld, data)
     _accelerator_libraries(ld, data)
+    _env_of_the_image(ld, data)
     if data.get("flavor") == "conda":
         _conda_only(ld, data)
     elif data.get("conda_packages"):
@@ -29,6 +31,40 @@ def check(ld: Loaded, data: dict[str, Any]) -> None:
         )
     elif "channels" in data:
         ld.add("warning", "channels", "is for conda profiles: a venv profile never asks them", "remove it")
+
+
+_HELD = (
+    "it holds the tested torch build and numpy in images built FROM this one",
+    "remove it from env; change the profile to change what it holds, or, in an image built FROM this one, "
+    "clear it for one install (PIP_CONSTRAINT= pip install ...)",
+)
+_NAMES_ENV = ("it names the environment for pip and uv", "remove it from env")
+# (why, fix) for what the Dockerfiles set for the environment to work, which a value under `env:`
+# (set last, as written: `$PATH` is not expanded) replaced: PATH="/opt/tools/bin:$PATH" left no `python`
+IMAGE_ENV = {
+    "PATH": (
+        "the environment's bin folder comes first on it; a value here replaces it (`$PATH` is not "
+        "expanded) and `python` is no longer the environment's",
+        "remove it from env; add tools in an image built FROM this one (ENV PATH=/opt/tools/bin:$PATH)",
+    ),
+    "VIRTUAL_ENV": _NAMES_ENV,
+    "CONDA_PREFIX": _NAMES_ENV,
+    "PYTHONHOME": ("Python would look for its standard library there and not start", "remove it from env"),
+    "PIP_CONSTRAINT": _HELD,
+    "UV_CONSTRAINT": _HELD,
+    "ENVBUILD_TORCH_INDEX": (
+        "pip in the image names it when an install of torchvision or torchaudio fails",
+        "remove it from env (torch_index: sets where the torch family comes from)",
+    ),
+}
+
+
+def _env_of_the_image(ld: Loaded, data: dict[str, Any]) -> None:
+    env = data.get("env")
+    for key in sorted(env) if isinstance(env, dict) else ():
+        if str(key) in IMAGE_ENV:
+            why, fix = IMAGE_ENV[str(key)]
+            ld.add("error", "env", f"{key} is the image's own setting: {why}", fix, str(key))
 
 
 def _conda_only(ld: Loaded, data: dict[str, Any]) -> None:

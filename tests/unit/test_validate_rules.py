@@ -224,6 +224,37 @@ def test_a_pip_command_line_item_in_packages_is_told_how_to_pin_its_wheel(
     )
 
 
+def test_env_may_not_replace_what_the_image_sets_for_its_environment(write_profile: Callable[..., Path]) -> None:
+    """`env: {PATH: "/opt/tools/bin:$PATH"}` was written last and literally: the image had no `python`."""
+    msg = only_error(write_profile(env={"PATH": "/opt/tools/bin:$PATH", "OMP_NUM_THREADS": "4"}))
+    assert "env: PATH is the image's own setting" in msg and "`python` is no longer the environment's" in msg
+    assert msg.endswith("add tools in an image built FROM this one (ENV PATH=/opt/tools/bin:$PATH)")
+    msg = only_error(write_profile(env={"PIP_CONSTRAINT": ""}))
+    assert "env: PIP_CONSTRAINT is the image's own setting: it holds the tested torch build and numpy" in msg
+    from envbuild import validate
+
+    assert not validate.check(write_profile(env={"OMP_NUM_THREADS": "4", "HF_HOME": "/data/hf"})).errors
+
+
+def test_every_setting_env_may_not_replace_is_one_the_dockerfiles_set() -> None:
+    """packagerules.IMAGE_ENV against the rendered Dockerfiles: a name the templates stop setting is
+    no longer the image's, and a profile may set it again."""
+    import re
+
+    from envbuild.packagerules import IMAGE_ENV
+    from tests.conftest import REPO
+
+    golden = REPO / "tests" / "golden"
+    set_here = {
+        name
+        for dockerfile in (golden / "cpu-py311" / "Dockerfile", golden / "cpu-py311-conda" / "Dockerfile")
+        for statement in re.findall(r"^ENV (.*?)(?<!\\)\n", dockerfile.read_text(), re.M | re.S)
+        for name in re.findall(r"(?:^|\s)([A-Z_]+)=", statement)
+    }
+    # PYTHONHOME is the one the images leave unset: any value of it stops Python
+    assert set(IMAGE_ENV) - set_here == {"PYTHONHOME"}
+
+
 def test_torch_in_packages_is_refused(write_profile: Callable[..., Path]) -> None:
     msg = only_error(write_profile(packages=["torch==2.3.1"]))
     assert "set `torch:` instead" in msg
