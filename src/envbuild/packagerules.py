@@ -59,12 +59,27 @@ IMAGE_ENV = {
 }
 
 
+_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _env_of_the_image(ld: Loaded, data: dict[str, Any]) -> None:
     env = data.get("env")
-    for key in sorted(env) if isinstance(env, dict) else ():
+    if not isinstance(env, dict):
+        return  # the model's own check says what is wrong with it
+    for key in sorted(env, key=str):  # YAML may give other keys than strings (the model refuses them)
         if str(key) in IMAGE_ENV:
             why, fix = IMAGE_ENV[str(key)]
             ld.add("error", "env", f"{key} is the image's own setting: {why}", fix, str(key))
+            continue
+        found = _VARIABLE.search(str(env[key]))
+        if found is not None:  # Docker's ENV would expand it; envbuild writes values as they are
+            ld.add(
+                "warning",
+                "env",
+                f"{key}: {found.group(0)} is not expanded: the image's {key} is {str(env[key])!r}, as written",
+                "write the value out in full",
+                str(key),
+            )
 
 
 def _conda_only(ld: Loaded, data: dict[str, Any]) -> None:

@@ -233,7 +233,13 @@ def test_env_may_not_replace_what_the_image_sets_for_its_environment(write_profi
     assert "env: PIP_CONSTRAINT is the image's own setting: it holds the tested torch build and numpy" in msg
     from envbuild import validate
 
-    assert not validate.check(write_profile(env={"OMP_NUM_THREADS": "4", "HF_HOME": "/data/hf"})).errors
+    loaded = validate.check(write_profile(env={"OMP_NUM_THREADS": "4", "HF_HOME": "$HOME/.cache/hf", "PRICE": "5$"}))
+    assert not loaded.errors
+    # Docker's own ENV would expand $HOME; envbuild writes the value as it is, so it says so
+    assert [d.render().split(": ", 1)[1] for d in loaded.warnings if d.field == "env"] == [
+        "env: HF_HOME: $HOME is not expanded: the image's HF_HOME is '$HOME/.cache/hf', as written; "
+        "write the value out in full"
+    ]
 
 
 def test_every_setting_env_may_not_replace_is_one_the_dockerfiles_set() -> None:
