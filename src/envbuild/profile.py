@@ -25,7 +25,7 @@ from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical, json_sha256
 from envbuild.profilefile import Loaded, free_threaded, read_raw, series_newest, unparsable_fix
-from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE
+from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE, lower_case_fix
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
@@ -93,7 +93,7 @@ class _Pattern:
 
     def check(self, value: str) -> str:
         if not self.regex.fullmatch(value):
-            fix = f"write it like {self.example}"
+            fix = lower_case_fix(self.regex, value) or f"write it like {self.example}"
             if self.package and re.fullmatch(r"\d+\.\d+", value):
                 fix = f'name a release of the {value} series ("{value}.0" is its first)'
                 fix += series_newest(self.package, value)

@@ -53,7 +53,17 @@ def check(where: str, value: str | None, kind: str) -> None:
     """UsageError naming `where` (an option or a setting) when `value` is not a `kind` reference."""
     pattern, what, example = _KINDS[kind]
     if value is not None and not pattern.fullmatch(value):
-        raise UsageError(f"{where} {value!r} is not {what}", hint=f"write e.g. {example}")
+        raise UsageError(
+            f"{where} {value!r} is not {what}", hint=lower_case_fix(pattern, value) or f"write e.g. {example}"
+        )
+
+
+def lower_case_fix(pattern: re.Pattern[str], value: str) -> str | None:
+    """The fix where the one thing wrong with a registry path or repository is its case: an
+    organisation's name as GitHub shows it (Acme/Envs). An image reference's tag keeps its case."""
+    if pattern in (REGISTRY_RE, REPOSITORY_RE) and pattern.fullmatch(value.lower()):
+        return f"image paths are lower case: write {value.lower()}"
+    return None
 
 
 _EXPRESSION = re.compile(r"\$\{\{[^{}]*\}\}")

@@ -261,6 +261,16 @@ def test_every_setting_env_may_not_replace_is_one_the_dockerfiles_set() -> None:
     assert set(IMAGE_ENV) - set_here == {"PYTHONHOME"}
 
 
+def test_a_registry_path_in_upper_case_is_given_back_in_lower_case(write_profile: Callable[..., Path]) -> None:
+    """An organisation as GitHub shows it (Acme/Envs) was only "write it like ghcr.io/acme/envs"."""
+    msg = only_error(write_profile(registry="ghcr.io/Acme/Vision-Envs"))
+    assert msg.endswith(
+        "'ghcr.io/Acme/Vision-Envs' is not a registry path; image paths are lower case: write ghcr.io/acme/vision-envs"
+    )
+    msg = only_error(write_profile(registry="ghcr.io/Acme Envs"))  # not only the case: the example, as before
+    assert msg.endswith('write it like "ghcr.io/acme/envs"')
+
+
 def test_torch_in_packages_is_refused(write_profile: Callable[..., Path]) -> None:
     msg = only_error(write_profile(packages=["torch==2.3.1"]))
     assert "set `torch:` instead" in msg
