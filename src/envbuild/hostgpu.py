@@ -3,17 +3,34 @@ ask for them, checked before any work starts."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from pathlib import Path
 
 from envbuild.errors import UsageError
 
+ROCM_DEVICES = ("/dev/kfd", "/dev/dri")  # what a ROCm container is given: the compute and render nodes
+
 
 def host_has_gpu(accelerator: str) -> bool:
     if accelerator == "rocm":
-        return Path("/dev/kfd").exists()
+        return Path(ROCM_DEVICES[0]).exists()
     return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
+
+
+def rocm_groups(devices: tuple[str, ...] | None = None) -> list[str]:
+    """The groups a ROCm container's user needs to open the GPU's device nodes: `video`, and the
+    host's groups of /dev/kfd and of the render nodes in /dev/dri (`render` on Ubuntu 22.04 and
+    later, where both are root:render 0660). The images run as uid 1000, and `run` as the host's
+    user, neither of whom is in `render` inside the container. By number: the image's /etc/group
+    has no `render`, and the engine refuses a group name it cannot find there."""
+    gids: set[int] = set()
+    for device in map(Path, ROCM_DEVICES if devices is None else devices):
+        for node in sorted(device.glob("renderD*")) if device.is_dir() else [device]:
+            with contextlib.suppress(OSError):
+                gids.add(node.stat().st_gid)
+    return ["video", *(str(gid) for gid in sorted(gids - {0}))]
 
 
 def check_gpus(value: str) -> None:

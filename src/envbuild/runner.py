@@ -189,7 +189,8 @@ def docker_argv(
     if prof.accelerator == "cuda" and gpus != "none":
         argv += ["--gpus", gpus]
     elif prof.accelerator == "rocm" and gpus != "none":
-        argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+        argv += [arg for node in hostgpu.ROCM_DEVICES for arg in ("--device", node)]
+        argv += [arg for group in hostgpu.rocm_groups() for arg in ("--group-add", group)]
     argv += ["--ipc=host"] if ipc_host else ["--shm-size", shm_size]
     argv += ["-v", f"{workdir.resolve()}:/workspace", "-w", container_workdir or "/workspace"]
     # As the host user by default, so what the job writes in /workspace (checkpoints, logs) is the

@@ -219,6 +219,30 @@ def test_tiny_dev_shm_is_reported_with_the_remedy(docker_client: Any, built_cpu:
     assert "--shm-size=8g or --ipc=host" in _check(report, "ddp")["facts"]["shm_warning"]
 
 
+def test_the_groups_a_rocm_container_is_given_are_ones_the_engine_takes_in_the_image(
+    docker_client: Any, built_cpu: dict[str, Any], tmp_path: Path
+) -> None:
+    """`video` by name (the image's /etc/group has it) and the device nodes' own groups by number
+    (it has no `render`): the engine refuses a name it cannot find, and would not start the container."""
+    import os
+
+    from envbuild import hostgpu
+    from envbuild.smoke import container
+
+    kfd, dri = tmp_path / "kfd", tmp_path / "dri"
+    kfd.touch()
+    dri.mkdir()
+    (dri / "renderD128").touch()
+    os.chown(kfd, 0, 4242)
+    os.chown(dri / "renderD128", 0, 4243)
+    groups = hostgpu.rocm_groups((str(kfd), str(dri)))
+    out = docker_client.containers.run(
+        built_cpu["image_id"], ["id", "-G"], group_add=groups, user="1000:1000", remove=True
+    )
+    assert {"44", "4242", "4243"} <= set(out.decode().split())  # video is 44 in Debian
+    assert container.gpu_kwargs("rocm", "none") == {}  # what --gpus none asks for: nothing
+
+
 def test_gpu_request_on_a_host_without_gpus(docker_client: Any, built_cpu: dict[str, Any], e2e_project: Path) -> None:
     # The CPU image, relabelled and re-expected as a CUDA build: envbuild asks the engine for GPUs
     # (device_requests), this engine has no NVIDIA runtime and refuses. The user must still get the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import subprocess
 import tarfile
@@ -288,3 +289,44 @@ def test_an_interrupt_while_the_smoke_test_is_put_in_removes_the_container(raise
     with pytest.raises(raised):
         container.create(Cli(), "sha256:abc", ["python"], {})
     assert removed == [True]
+
+
+def test_a_rocm_container_gets_the_host_groups_of_the_gpu_device_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Ubuntu 22.04 and later /dev/kfd and /dev/dri/renderD* are root:render 0660, and `video`
+    alone left the image's uid 1000 (and `run`'s host user) unable to open them: no GPU in a ROCm
+    image. Their groups go in by number: the image's /etc/group has no `render`."""
+    from envbuild import hostgpu
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the stand-in device nodes other groups")
+    kfd, dri = tmp_path / "kfd", tmp_path / "dri"
+    kfd.touch()
+    dri.mkdir()
+    (dri / "renderD128").touch()
+    (dri / "card0").touch()  # group video: already in; only render nodes are read
+    os.chown(kfd, 0, 4242)
+    os.chown(dri / "renderD128", 0, 4243)
+    os.chown(dri / "card0", 0, 4244)
+    assert hostgpu.rocm_groups((str(kfd), str(dri))) == ["video", "4242", "4243"]
+    os.chown(kfd, 0, 0)  # root's group (0666 nodes) grants nothing worth adding
+    assert hostgpu.rocm_groups((str(kfd), str(tmp_path / "absent"))) == ["video"]
+    # the smoke container and `run` ask for the same nodes and groups
+    monkeypatch.setattr(hostgpu, "ROCM_DEVICES", (str(kfd), str(dri)))
+    os.chown(kfd, 0, 4242)
+    kwargs = container.gpu_kwargs("rocm", "all")
+    assert kwargs["devices"] == [f"{kfd}:{kfd}:rwm", f"{dri}:{dri}:rwm"]
+    assert kwargs["group_add"] == ["video", "4242", "4243"]
+    from envbuild import profile, runner
+    from tests.conftest import VALID
+
+    rocm = profile.Profile.model_validate(
+        {**{k: v for k, v in VALID.items() if k not in {"cuda", "torchvision", "torchaudio"}},
+         "accelerator": "rocm", "rocm": "6.3", "name": "rocm63-py312", "torch": "2.7.1", "numpy": "2.1.3"}
+    )  # fmt: skip
+    argv = runner.docker_argv(rocm, "r:rocm63-py312", ["python"], workdir=tmp_path)
+    flags = [(a, b) for a, b in itertools.pairwise(argv) if a in {"--device", "--group-add"}]
+    assert flags == [("--device", str(kfd)), ("--device", str(dri))] + [
+        ("--group-add", g) for g in ("video", "4242", "4243")
+    ]

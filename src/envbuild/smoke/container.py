@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from envbuild import buildctx, enginelost
+from envbuild import buildctx, enginelost, hostgpu
 from envbuild import plan as plan_mod
 from envbuild.errors import SmokeError
 from envbuild.names import ENTRY_SCRIPT, LABEL_SMOKE_CONTAINER
@@ -32,8 +32,8 @@ def gpu_kwargs(accelerator: str, gpus: str) -> dict[str, Any]:
         return {}
     if accelerator == "rocm":
         return {
-            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
-            "group_add": ["video"],
+            "devices": [f"{node}:{node}:rwm" for node in hostgpu.ROCM_DEVICES],
+            "group_add": hostgpu.rocm_groups(),
             "security_opt": ["seccomp=unconfined"],
         }
     import docker
