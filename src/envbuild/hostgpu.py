@@ -27,7 +27,7 @@ def rocm_groups(devices: tuple[str, ...] | None = None) -> list[str]:
     has no `render`, and the engine refuses a group name it cannot find there."""
     gids: set[int] = set()
     for device in map(Path, ROCM_DEVICES if devices is None else devices):
-        for node in sorted(device.glob("renderD*")) if device.is_dir() else [device]:
+        for node in device.glob("renderD*") if device.is_dir() else [device]:
             with contextlib.suppress(OSError):
                 gids.add(node.stat().st_gid)
     return ["video", *(str(gid) for gid in sorted(gids - {0}))]

@@ -66,19 +66,20 @@ def _env_of_the_image(ld: Loaded, data: dict[str, Any]) -> None:
     env = data.get("env")
     if not isinstance(env, dict):
         return  # the model's own check says what is wrong with it
-    for key in sorted(env, key=str):  # YAML may give other keys than strings (the model refuses them)
-        if str(key) in IMAGE_ENV:
-            why, fix = IMAGE_ENV[str(key)]
-            ld.add("error", "env", f"{key} is the image's own setting: {why}", fix, str(key))
+    # YAML may give other keys and values than strings (the model refuses them)
+    for key, value in sorted((str(k), str(v)) for k, v in env.items()):
+        if key in IMAGE_ENV:
+            why, fix = IMAGE_ENV[key]
+            ld.add("error", "env", f"{key} is the image's own setting: {why}", fix, key)
             continue
-        found = _VARIABLE.search(str(env[key]))
+        found = _VARIABLE.search(value)
         if found is not None:  # Docker's ENV would expand it; envbuild writes values as they are
             ld.add(
                 "warning",
                 "env",
-                f"{key}: {found.group(0)} is not expanded: the image's {key} is {str(env[key])!r}, as written",
+                f"{key}: {found.group(0)} is not expanded: the image's {key} is {value!r}, as written",
                 "write the value out in full",
-                str(key),
+                key,
             )
 
 

@@ -312,7 +312,7 @@ def _hold(plan: plan_mod.Plan, snap: freshness.LockSnapshot, staging: Path, fina
         f"[install]\nconstraint = {named}\n",
         "utf-8",
     )
-    return final / layering.VENV_CONSTRAINTS
+    return path
 
 
 def _has_space(path: Path) -> bool:
