@@ -18,7 +18,7 @@ import yaml
 
 from envbuild import condapip, fetchfail, lockfile, render, tmpdirs
 from envbuild.errors import LockError
-from envbuild.freshness import lock_dir
+from envbuild.freshness import lock_dir, read_previous
 from envbuild.fsutil import atomic_write_many
 from envbuild.lockopts import LockOptions, LockOutcome
 from envbuild.names import CONDA_SUBDIRS
@@ -254,7 +254,7 @@ def _previous_pins(path: Path) -> dict[str, dict[str, lockfile.Pin]] | None:
     if not path.is_file():
         return None
     try:
-        return _pins_by_platform(yaml.safe_load(path.read_text("utf-8"))["package"])
+        return _pins_by_platform(yaml.safe_load(read_previous(path))["package"])
     except (yaml.YAMLError, KeyError, TypeError, OSError):
         return None  # a hand-damaged old lock: there is nothing trustworthy to compare with
 

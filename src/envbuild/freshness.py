@@ -35,7 +35,7 @@ from envbuild.lockfile import (
     sdist_only,
     stray_line,
 )
-from envbuild.names import CONDA_SUBDIRS, canonical, lock_names
+from envbuild.names import CONDA_SUBDIRS, canonical, lock_names, not_utf8
 from envbuild.plan import Plan
 from envbuild.project import Project
 
@@ -155,6 +155,13 @@ def _follows_problem(project: Project, plan: Plan, snap: LockSnapshot, shown: st
     return f"{shown} was locked before {parent}, which it extends, was: it does not share {parent}'s versions"
 
 
+def read_previous(path: Path) -> str:
+    """A lockfile's text for the pins a re-lock keeps. A hand edit saved in Latin-1 (a comment)
+    makes it stale, not its pins void: the re-lock `status` names as the fix must not stop on it,
+    nor a prune drop what it pins. Bytes that are not UTF-8 read as U+FFFD."""
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
 def _read(path: Path, shown: str) -> tuple[str | None, str]:
     """A lockfile's text, or None and why it cannot be used as it is."""
     try:
@@ -164,9 +171,11 @@ def _read(path: Path, shown: str) -> tuple[str | None, str]:
         return text, ""
     except FileNotFoundError:
         return None, f"{shown} is missing"
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return None, f"{shown} cannot be read ({why})"
+    except UnicodeDecodeError as exc:
+        said, line, column = not_utf8(exc)  # an edit saved in another encoding: `lock` writes it anew
+        return None, f"{shown}:{line} is {said} at column {column}"
+    except OSError as exc:
+        return None, f"{shown} cannot be read ({exc.strerror or exc})"
 
 
 def _with_apt_lock(project: Project, plan: Plan, primary: LockSnapshot, path: Path) -> LockSnapshot | Freshness:

@@ -148,7 +148,7 @@ def _check_upgrade_packages(project: Project, plan: Plan, packages: tuple[str, .
     path = freshness.lock_dir(project, plan.name) / lock_names(plan.platforms[0], plan.profile.flavor)[0]
     if not packages or plan.profile.flavor != "venv" or not path.is_file():
         return  # a first lock, or a conda lock (always solved from scratch): nothing to compare with
-    locked = set(lockfile.parse_requirements(path.read_text("utf-8")))
+    locked = set(lockfile.parse_requirements(freshness.read_previous(path)))
     for line in plan.requirements:  # one just added to the profile is not in the lockfile yet
         with contextlib.suppress(InvalidRequirement):
             locked.add(canonical(Requirement(line).name))

@@ -196,6 +196,18 @@ def conflict_line(text: str) -> int | None:
     return next((n for n, line in enumerate(text.splitlines(), 1) if CONFLICT_MARKER_RE.match(line)), None)
 
 
+# An editor that saved a file as Latin-1 or Windows-1252 (a name with an accent in a comment)
+NOT_UTF8_FIX = "save the file as UTF-8 (the editor's encoding setting, or `iconv -f latin1 -t utf-8`)"
+
+
+def not_utf8(exc: UnicodeDecodeError) -> tuple[str, int, int]:
+    """Where a file stops being UTF-8, as a person finds it in an editor: (what, line, column)."""
+    raw = bytes(exc.object)
+    line = raw.count(b"\n", 0, exc.start) + 1
+    column = exc.start - raw.rfind(b"\n", 0, exc.start)
+    return f"not UTF-8 text (byte 0x{raw[exc.start]:02x})", line, column
+
+
 PYPI_SIMPLE = "https://pypi.org/simple"
 TORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 

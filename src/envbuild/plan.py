@@ -18,7 +18,7 @@ from envbuild import compat
 from envbuild.errors import RenderError, UsageError
 from envbuild.names import INIT_PACKAGE, json_sha256
 from envbuild.profile import Profile
-from envbuild.project import Project
+from envbuild.project import Project, read_text
 from envbuild.torchsource import TorchSource, torch_source
 
 TEMPLATE_NAMES = {
@@ -373,9 +373,9 @@ def _read_checks(project: Project, profile: Profile) -> dict[str, str]:
                 f"{profile.name}'s checks: two scripts are named {name}", hint="give each check its own file name"
             )
         try:
-            out[name] = path.read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            out[name] = read_text(path, f"{profile.name}'s checks: {rel}")
+        except OSError as exc:
+            why = exc.strerror or str(exc)
             raise UsageError(
                 f"{profile.name}'s checks: {rel} cannot be read ({why})",
                 hint="name a Python script in the project, relative to its folder (checks/train_tiny.py)",

@@ -14,7 +14,7 @@ from typing import Any, get_type_hints
 
 from envbuild._compat import tomllib
 from envbuild.errors import UsageError
-from envbuild.names import CONFLICT_FIX, CONFLICT_SAID, NAME_RE, conflict_line
+from envbuild.names import CONFLICT_FIX, CONFLICT_SAID, NAME_RE, NOT_UTF8_FIX, conflict_line, not_utf8
 from envbuild.proc import run_ok
 from envbuild.refs import without_credentials
 
@@ -238,10 +238,10 @@ def open_project(explicit: str | None = None) -> Project:
     config = ProjectConfig()
     if config_path.is_file():
         try:
-            text = config_path.read_text("utf-8")
+            text = read_text(config_path)
             raw: dict[str, Any] = tomllib.loads(text)
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            marker = conflict_line(text) if isinstance(exc, tomllib.TOMLDecodeError) else None
+        except tomllib.TOMLDecodeError as exc:
+            marker = conflict_line(text)
             if marker is not None:
                 raise UsageError(f"{config_path}:{marker}: {CONFLICT_SAID}", hint=CONFLICT_FIX) from exc
             raise UsageError(f"{config_path}: not valid TOML: {exc}") from exc
@@ -250,6 +250,16 @@ def open_project(explicit: str | None = None) -> Project:
         outside = {k: v for k, v in sorted(raw.items()) if k != "envbuild"} if "envbuild" in raw else {}
         config = _validate_config(raw.get("envbuild", raw), config_path, outside)
     return Project(root=root, config=config)
+
+
+def read_text(path: Path, shown: str | None = None) -> str:
+    """A file of the project a person edits (envbuild.toml, a check script); one an editor saved in
+    another encoding is named by line and column, with the fix."""
+    try:
+        return path.read_text("utf-8")
+    except UnicodeDecodeError as exc:
+        said, line, column = not_utf8(exc)
+        raise UsageError(f"{shown or path}:{line}: {said} (column {column})", hint=NOT_UTF8_FIX) from exc
 
 
 def _validate_config(raw: Any, config_path: Path, outside: dict[str, Any]) -> ProjectConfig:

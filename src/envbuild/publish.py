@@ -273,8 +273,10 @@ def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
     lock_path = freshness.primary_lock(project, plan)
     try:
         local_lock = lock_sha256(lock_path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError):
+    except FileNotFoundError:
         local_lock = "(no local lockfile)"
+    except (OSError, UnicodeDecodeError):
+        local_lock = "(unreadable lockfile)"
     apt_path = freshness.lock_dir(project, prof.name) / apt_lock_name(plan.platforms[0])
     try:
         local_apt = lock_sha256(apt_path.read_text("utf-8"))

@@ -151,7 +151,7 @@ def _first_call(
     kept = [p for p in (previous, parent) if p is not None and p.is_file()] if not opts.upgrade else []
     if kept:
         # uv keeps the pins already in the output file: a re-lock changes only what must change.
-        texts = [p.read_text("utf-8") for p in kept]
+        texts = [freshness.read_previous(p) for p in kept]
         seed = lockfile.preferences(*texts)
         out.write_text(seed)
         if seed == texts[0]:
@@ -294,7 +294,7 @@ def lock(project: Project, plan: Plan, opts: LockOptions, found: Freshness | Non
         for platform in plan.platforms:
             primary, secondary = lock_names(platform)
             if (directory / primary).is_file():
-                text = (directory / primary).read_text("utf-8")
+                text = freshness.read_previous(directory / primary)
                 if lockfile.conflicted(text):
                     merged.append(primary)
                     text = lockfile.first_side(text)

@@ -27,6 +27,7 @@ from pathlib import Path
 from envbuild import tmpdirs
 from envbuild._compat import tomllib
 from envbuild.errors import WriteFailed
+from envbuild.freshness import read_previous
 from envbuild.fsutil import Staged, sha256_file
 from envbuild.lockfile import Pin, parse_requirements
 from envbuild.names import FIXED_MTIME, canonical
@@ -276,8 +277,8 @@ def needed(lockfiles: Path) -> set[str]:
     keep: set[str] = set()
     for path in sorted(lockfiles.glob("*/requirements*.lock")):
         try:
-            pins = parse_requirements(path.read_text("utf-8"))
-        except (OSError, UnicodeDecodeError):
+            pins = parse_requirements(read_previous(path))  # a hand edit in Latin-1 still pins them
+        except OSError:
             continue  # unreadable: nothing of it is kept for it, and `lock --check` says why
         keep.update(h.split(":", 1)[1] for p in pins.values() for h in p.hashes if h.startswith("sha256:"))
     return keep

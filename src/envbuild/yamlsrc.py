@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from envbuild.names import CONFLICT_FIX, CONFLICT_SAID, conflict_line
+from envbuild.names import CONFLICT_FIX, CONFLICT_SAID, NOT_UTF8_FIX, conflict_line, not_utf8
 
 MAX_BYTES = 256 * 1024
 MAX_NODES = 5_000  # a real profile has well under 500 values
@@ -139,5 +139,6 @@ def read(path: Path) -> Located:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise YamlProblem(f"not UTF-8 text (byte {exc.start})") from exc
+        said, line, column = not_utf8(exc)
+        raise YamlProblem(said, line, column, hint=NOT_UTF8_FIX) from exc
     return parse(text)

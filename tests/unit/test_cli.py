@@ -263,6 +263,22 @@ def test_an_envbuild_toml_left_in_conflict_by_a_merge_is_named_so(project: Path,
     assert res.code == 2 and "envbuild.toml:2: a merge's conflict markers" in res.err, res.err
 
 
+def test_files_saved_in_latin_1_are_named_by_line_and_column_with_the_fix(project: Path, cli: Cli) -> None:
+    """envbuild.toml said "not valid TOML: 'utf-8' codec can't decode byte 0xe9 in position 17", a
+    `checks:` script "cannot be read (...)" with a fix about where scripts live."""
+    (project / "envbuild.toml").write_bytes("[envbuild]\n# équipe\nlock_jobs = 2\n".encode("latin-1"))
+    res = cli("list", "--project", str(project))
+    assert res.code == 2
+    assert "envbuild.toml:2: not UTF-8 text (byte 0xe9) (column 3)" in res.err
+    assert "save the file as UTF-8" in res.err
+    (project / "envbuild.toml").unlink()
+    (project / "checks" / "train_tiny.py").write_bytes("print(1)\n# café\n".encode("latin-1"))
+    res = cli("render", "cpu-py311", "--project", str(project))
+    assert res.code == 2
+    assert "cpu-py311's checks: checks/train_tiny.py:2: not UTF-8 text (byte 0xe9) (column 6)" in res.err
+    assert "save the file as UTF-8" in res.err
+
+
 def test_option_parsing_keeps_typer_conversions_and_errors(cli: Cli, project: Path) -> None:
     # values that need converting still go through typer: an int given "abc" is a usage error
     res = cli("lock", "--all", "--jobs", "abc", "--project", str(project))

@@ -108,6 +108,17 @@ def test_binary_file(write_profile: Callable[..., Path]) -> None:
     assert "not UTF-8" in validate.check(path).errors[0].message
 
 
+def test_a_profile_saved_in_latin_1_is_named_by_line_and_column_with_the_fix(
+    write_profile: Callable[..., Path],
+) -> None:
+    """It said "not UTF-8 text (byte 33)": an offset into the file, and no fix."""
+    path = write_profile(text="")
+    path.write_bytes('name: cpu-py311\ndescription: "Modèle"\n'.encode("latin-1"))
+    error = validate.check(path).errors[0]
+    assert error.render().startswith(f"{error.file}:2: not UTF-8 text (byte 0xe8) (column 18)")
+    assert "save the file as UTF-8" in error.render()
+
+
 def test_digest_is_stable_and_sensitive(write_profile: Callable[..., Path]) -> None:
     a = validate.load_valid(write_profile())
     b = validate.load_valid(write_profile())

@@ -227,6 +227,41 @@ def test_a_merged_pair_of_re_locks_is_read_by_its_first_side_and_named_as_a_merg
     assert "lockfiles/cpu-py311/requirements.lock has a merge's conflict markers (two re-locks merged)" in res.err
 
 
+def test_a_lockfile_saved_in_latin_1_is_named_by_line_and_its_re_lock_keeps_its_pins(
+    cli: Callable[..., Result], locked_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor saved a hand-added comment in Latin-1. `lock --check` said "cannot be read ('utf-8'
+    codec can't decode byte 0xe9 in position 21808: ...)", and the re-lock it gave as the fix
+    stopped with "internal error: UnicodeDecodeError", exit 70."""
+    lockf = locked_project / "lockfiles" / "cpu-py311" / "requirements.lock"
+    text = lockf.read_text()
+    lockf.write_bytes(text.encode() + "# café: checked by hand\n".encode("latin-1"))
+    res = cli("lock", "--check", "cpu-py311", "--project", str(locked_project))
+    assert res.code == 1
+    line = text.count("\n") + 1
+    assert f"lockfiles/cpu-py311/requirements.lock:{line} is not UTF-8 text (byte 0xe9) at column 6" in res.err
+    pylock = (lockf.parent / "pylock.toml").read_text()
+    seeds: list[str] = []
+
+    def resolve(args: list[str], **_: object) -> str:
+        out = Path(args[args.index("-o") + 1])
+        if out.suffix == ".toml":
+            out.write_text(lockfile.body(pylock))
+            return ""
+        seeds.append(out.read_text("utf-8"))  # the pins uv is asked to keep
+        out.write_text(lockfile.body(text))  # and uv keeps them
+        return ""
+
+    monkeypatch.setattr(uvtool, "run", resolve)
+    res = cli("lock", "cpu-py311", "--no-apt", "--project", str(locked_project))
+    assert res.code == 0, res.err
+    assert seeds and lockfile.parse_requirements(seeds[0]) == lockfile.parse_requirements(text)
+    assert lockfile.body(lockf.read_text()) == lockfile.body(text)  # the pins before the edit, in UTF-8
+    assert lockfile.body((lockf.parent / "pylock.toml").read_text()) == lockfile.body(pylock)
+    res = cli("lock", "--check", "cpu-py311", "--project", str(locked_project))
+    assert res.code == 0, res.err
+
+
 @pytest.mark.parametrize(
     "stray",
     [

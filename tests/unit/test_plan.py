@@ -15,6 +15,7 @@ import pytest
 
 from envbuild import freshness, lockfile, publish, validate
 from envbuild import plan as plan_mod
+from envbuild.names import LABEL_LOCK_SHA
 from envbuild.project import open_project
 from tests.conftest import Result
 
@@ -46,6 +47,16 @@ def test_fields_that_do_not_reach_the_image_leave_it_current(engineless_project:
     before = _facts(engineless_project, "cpu-py311")
     _edit(engineless_project / "profiles" / "cpu-py311.yaml", old, new)
     assert _facts(engineless_project, "cpu-py311") == before
+
+
+def test_a_lockfile_that_is_there_but_unreadable_is_not_called_missing(engineless_project: Path) -> None:
+    """`run` and `smoke` compare these with the image's labels and print them; a lockfile saved in
+    Latin-1 by hand was "(no local lockfile)" beside a lockfile the user could see."""
+    lockf = engineless_project / "lockfiles" / "cpu-py311" / "requirements.lock"
+    lockf.write_bytes(lockf.read_bytes() + "# café\n".encode("latin-1"))
+    assert _facts(engineless_project, "cpu-py311")[LABEL_LOCK_SHA] == "(unreadable lockfile)"
+    lockf.unlink()
+    assert _facts(engineless_project, "cpu-py311")[LABEL_LOCK_SHA] == "(no local lockfile)"
 
 
 @pytest.mark.parametrize(

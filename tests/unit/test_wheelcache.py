@@ -143,6 +143,16 @@ def test_cache_reports_its_size_and_prunes_what_no_lockfile_pins(
     assert emptied["wheels"] == 0 and emptied["removed_wheels"] == 1
 
 
+def test_a_prune_keeps_what_a_lockfile_edited_in_latin_1_pins(engineless_project: Path) -> None:
+    """A comment saved in Latin-1 makes the lockfile stale, not its pins void: the prune took them
+    as pinned by nothing and deleted the wheels the re-lock then keeps (a CUDA lock's 2.5 GB)."""
+    lockf = engineless_project / "lockfiles" / "cpu-py311" / "requirements.lock"
+    lockf.write_bytes(lockf.read_bytes() + "# vérifié à la main\n".encode("latin-1"))
+    pins, _ = _committed()
+    own = {h.split(":", 1)[1] for h in pins["torch"].hashes}  # cpu-py311's torch: no other lockfile pins it
+    assert own <= wheelcache.needed(engineless_project / "lockfiles")
+
+
 def test_a_prune_keeps_what_another_project_that_used_the_cache_pins(
     cli: Callable[..., Result], engineless_project: Path, cache: Path, tmp_path: Path
 ) -> None:
