@@ -28,6 +28,7 @@ from envbuild.names import (
     LABEL_STAGE,
     LABEL_STAGE_SHA,
 )
+from envbuild.packagerules import IMAGE_ENV
 from envbuild.plan import TEMPLATE_NAMES, Plan, default_templates_dir
 
 OUTPUT_NAMES = {
@@ -136,6 +137,8 @@ def context(
         # what each Dockerfile stage asks apt for: the plan's one list, which apt.lock pins too
         "apt_stages": plan.apt_stages,
         "env": sorted(profile.env.items()),
+        # the settings the image's environment depends on (a profile's env may not set them)
+        "image_env_names": sorted(IMAGE_ENV),
         "requirements": list(plan.requirements),
         "torch_family_names": list(plan.torch_family),
         "conda_held": list(conda_held(plan)) if profile.flavor == "conda" else [],

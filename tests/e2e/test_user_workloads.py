@@ -63,6 +63,26 @@ def test_torch_compile_runs_in_the_image(docker_client: Any, built_cpu: dict[str
     assert "compiled (4, 8)" in _run(docker_client, built_cpu["image_id"], "python", "-c", code)
 
 
+def test_a_login_shell_in_the_image_finds_the_environment_and_keeps_its_constraints(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """`bash -l` (workflow engines start each task so, VS Code probes the environment so) ran
+    Debian's /etc/profile, which sets PATH anew: `python: command not found`. `su -` also dropped
+    PIP_CONSTRAINT, so pip there could replace the tested torch."""
+    image = built_cpu["image_id"]
+    script = "command -v python; command -v pip; python -c 'import torch; print(torch.__version__)'"
+    out = _run(docker_client, image, "bash", "-lc", script).split()
+    assert out[:2] == ["/opt/venv/bin/python", "/opt/envbuild/bin/pip"] and out[2].endswith("+cpu"), out
+    held = "echo $PIP_CONSTRAINT; command -v python"
+    out = docker_client.containers.run(image, ["su", "-", "envbuild", "-c", held], user="0", remove=True)
+    assert out.decode().split() == ["/opt/envbuild/constraints.txt", "/opt/venv/bin/python"]
+    # an override the user gave is kept, not put back
+    out = docker_client.containers.run(
+        image, ["bash", "-lc", "echo [$PIP_CONSTRAINT]"], environment={"PIP_CONSTRAINT": ""}, remove=True
+    )
+    assert out.decode().strip() == "[]"
+
+
 def test_a_users_cpp_extension_builds_and_runs_in_the_image(docker_client: Any, built_cpu: dict[str, Any]) -> None:
     """torch.utils.cpp_extension.load_inline, as the image's user: g++, the Python headers, torch's
     own headers and ninja (torch refuses to build without it: `Ninja is required to load C++

@@ -66,7 +66,7 @@ def test_context_only_writes_the_context_bake_points_at_and_builds_nothing(
         **{n: p.version for n, p in whole.items() if n in parts["torch"] or n in parts["torch-extras"] or n == "numpy"},
         "torchaudio": "2.3.1",
     }
-    assert "ENVBUILD_TORCH_INDEX" not in (ctx / "Dockerfile").read_text()
+    assert "ENVBUILD_TORCH_INDEX=" not in (ctx / "Dockerfile").read_text()
     assert "envbuild lock cu121-py311 && envbuild build cu121-py311" in (ctx / "smoke" / "constraints.txt").read_text()
     dockerfile = (ctx / "Dockerfile").read_text()
     assert "FROM ${BASE_IMAGE} AS runtime" in dockerfile
