@@ -83,6 +83,7 @@ def inspect_host() -> HostReport:
             "version": version.get("Version"),
             "api": version.get("ApiVersion"),
             "runtimes": sorted((info.get("Runtimes") or {}).keys()),
+            "insecure_registries": _insecure(info.get("RegistryConfig") or {}),
         }
         report.nvidia_runtime = "nvidia" in report.engine["runtimes"] or bool(shutil.which("nvidia-container-runtime"))
         report.engine["data_root"], report.engine["free_bytes"] = engine.disk(info)
@@ -217,17 +218,42 @@ def disk_note(report: HostReport) -> str | None:
     return engine.disk_note(report.engine.get("data_root"), report.engine.get("free_bytes"), heaviest)
 
 
-def registry_url(image: str) -> str:
-    """The registry API root an image reference is pulled from (Docker Hub for a bare name)."""
+def _insecure(config: dict[str, Any]) -> dict[str, list[str]]:
+    """The registries the engine speaks plain HTTP to: those configured so by name, and the address
+    ranges (127.0.0.0/8 unless configured otherwise)."""
+    named = [
+        name for name, index in (config.get("IndexConfigs") or {}).items() if not (index or {}).get("Secure", True)
+    ]
+    return {"hosts": sorted(named), "cidrs": list(config.get("InsecureRegistryCIDRs") or [])}
+
+
+def _plain_http(host: str, insecure: dict[str, list[str]]) -> bool:
+    import ipaddress
+
+    if host in insecure.get("hosts", []):
+        return True
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    try:
+        address = ipaddress.ip_address("127.0.0.1" if name == "localhost" else name.strip("[]"))
+    except ValueError:
+        return False  # a name: the engine resolves it, doctor does not guess
+    return any(address in ipaddress.ip_network(cidr, strict=False) for cidr in insecure.get("cidrs", []))
+
+
+def registry_url(image: str, insecure: dict[str, list[str]] | None = None) -> str:
+    """The registry API root an image reference is pulled from or pushed to (Docker Hub for a bare
+    name), over plain HTTP where the engine's `insecure` rules (docker info) say it uses that."""
     first = image.split("/", 1)[0]
     if "/" in image and ("." in first or ":" in first or first == "localhost"):
-        return f"https://{first}/v2/"
+        scheme = "http" if _plain_http(first, insecure or {}) else "https"
+        return f"{scheme}://{first}/v2/"
     return "https://registry-1.docker.io/v2/"
 
 
-def network(project: Project) -> list[dict[str, Any]]:
+def network(project: Project, insecure: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """Reachability of what a first build fetches: the package index, each profile's PyTorch index,
-    each base image's registry; and whether TLS to them is intercepted."""
+    each base image's registry; of where `push` goes (envbuild.toml's and the profiles' registry);
+    and whether TLS to them is intercepted."""
     from envbuild import plan as plan_mod
     from envbuild import reach
     from envbuild.names import PYPI_SIMPLE
@@ -238,7 +264,8 @@ def network(project: Project) -> list[dict[str, Any]]:
             "point --index-url (or index_url in envbuild.toml) at a mirror you reach, or --find-links DIR",
         )
     }
-    for prof in (p for p in validate.load_all(project).values() if isinstance(p, Profile)):
+    profiles = [p for p in validate.load_all(project).values() if isinstance(p, Profile)]
+    for prof in profiles:
         plan = plan_mod.make(project, prof, strict=False)
         if plan.source.route == "index":
             targets.setdefault(
@@ -246,8 +273,16 @@ def network(project: Project) -> list[dict[str, Any]]:
                 (f"PyTorch index ({prof.build_tag})", "--torch-index MIRROR, or --find-links DIR with the wheels"),
             )
         targets.setdefault(
-            registry_url(plan.base.image),
+            registry_url(plan.base.image, insecure),
             ("base image registry", "--base IMAGE from a registry you reach (or base in envbuild.toml)"),
+        )
+    for registry in sorted({r for r in (project.config.registry, *(p.registry for p in profiles)) if r}):
+        targets.setdefault(
+            registry_url(f"{registry}/x", insecure),
+            (
+                f"push registry ({registry})",
+                "check that the registry is up and that `registry` (envbuild.toml, or a profile's) names it",
+            ),
         )
     return [reach.probe(url, what, fix).as_dict() for url, (what, fix) in targets.items()]
 
@@ -256,7 +291,7 @@ def doctor(project: Project, *, check_network: bool = True) -> HostReport:
     report = inspect_host()
     report.profiles = verdicts(project, report)
     if check_network:
-        report.network = network(project)
+        report.network = network(project, report.engine.get("insecure_registries"))
     note = disk_note(report)
     if note:
         report.notes.insert(0, note)

@@ -51,6 +51,8 @@ def _public() -> ssl.SSLContext:
 def probe(url: str, what: str, fix_route: str, opener: Opener = _open) -> Reach:
     try:
         opener(url, _public())
+        if url.startswith("http://"):  # a registry the engine speaks to without TLS (insecure-registries)
+            return Reach(url, what, "reachable", "answers over plain HTTP, as the engine speaks to it", "")
         return Reach(url, what, "reachable", "answers, with a certificate from a public CA", "")
     except (urllib.error.URLError, OSError) as exc:
         tls = exc if isinstance(exc, ssl.SSLError) else getattr(exc, "reason", None)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,6 +159,64 @@ def test_the_registry_of_a_base_image() -> None:
     assert registry_url("nvidia/cuda:12.1.0-devel") == "https://registry-1.docker.io/v2/"
     assert registry_url("ghcr.io/acme/base:1") == "https://ghcr.io/v2/"
     assert registry_url("localhost:5000/base") == "https://localhost:5000/v2/"
+
+
+def test_a_registry_the_engine_speaks_plain_http_to_is_probed_so() -> None:
+    """A local registry (127.0.0.1:5000, which the engine reaches over HTTP by default) was probed
+    over TLS and called unreachable; names the engine lists as insecure too."""
+    from envbuild.doctor import registry_url
+
+    engine = {"hosts": ["registry.lan:5000"], "cidrs": ["127.0.0.0/8", "10.20.0.0/16"]}
+    assert registry_url("127.0.0.1:5000/envs/x", engine) == "http://127.0.0.1:5000/v2/"
+    assert registry_url("localhost:5000/envs/x", engine) == "http://localhost:5000/v2/"
+    assert registry_url("10.20.3.4:5000/x", engine) == "http://10.20.3.4:5000/v2/"
+    assert registry_url("registry.lan:5000/x", engine) == "http://registry.lan:5000/v2/"
+    assert registry_url("10.30.3.4:5000/x", engine) == "https://10.30.3.4:5000/v2/"
+    assert registry_url("ghcr.io/acme/envs/x", engine) == "https://ghcr.io/v2/"
+
+
+def test_doctor_probes_the_registries_push_goes_to(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """doctor checked where a build fetches from, not where `push` goes: a registry that was down
+    (or a typo in envbuild.toml's `registry`) showed only after a whole build, at the push."""
+    import http.server
+    import threading
+    import urllib.error
+
+    from envbuild import reach
+
+    class Registry(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # a registry's /v2/ without credentials
+            self.send_response(401 if self.path == "/v2/" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    real_open = reach._open
+
+    def local_only(url: str, context: Any) -> None:  # nothing leaves this machine in a unit test
+        if not url.startswith("http://127.0.0.1:"):
+            raise urllib.error.URLError(ConnectionRefusedError("not probed in this test"))
+        real_open(url, context)
+
+    monkeypatch.setattr(reach, "_open", local_only)
+    with server, socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # a port nothing listens on
+        down = f"127.0.0.1:{closed.getsockname()[1]}/envs"
+        (project / "envbuild.toml").write_text(f'[envbuild]\nregistry = "127.0.0.1:{server.server_port}/envs"\n')
+        prof = project / "profiles" / "cpu-py311.yaml"
+        prof.write_text(prof.read_text() + f'registry: "{down}"\n')
+        rows = doctor.network(open_project(str(project)), {"hosts": [], "cidrs": ["127.0.0.0/8"]})
+        server.shutdown()
+    pushed = {r["what"]: r for r in rows if r["what"].startswith("push registry")}
+    up = pushed[f"push registry (127.0.0.1:{server.server_port}/envs)"]
+    assert (up["state"], up["url"]) == ("reachable", f"http://127.0.0.1:{server.server_port}/v2/")
+    assert up["detail"] == "answers over plain HTTP, as the engine speaks to it"
+    gone = pushed[f"push registry ({down})"]
+    assert (gone["state"], gone["detail"]) == ("unreachable", "the connection was refused")
+    assert "`registry` (envbuild.toml, or a profile's)" in gone["fix"]
 
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (CI installs it)")
