@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -250,10 +251,13 @@ def registry_url(image: str, insecure: dict[str, list[str]] | None = None) -> st
     return "https://registry-1.docker.io/v2/"
 
 
-def network(project: Project, insecure: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
+def network(
+    project: Project, insecure: dict[str, list[str]] | None = None, present: Callable[[str], bool] | None = None
+) -> list[dict[str, Any]]:
     """Reachability of what a first build fetches: the package index, each profile's PyTorch index,
-    each base image's registry; of where `push` goes (envbuild.toml's and the profiles' registry);
-    and whether TLS to them is intercepted."""
+    each base image's registry (unless the engine holds the image: a build takes it as it is); of
+    where `push` goes (envbuild.toml's and the profiles' registry); and whether TLS to them is
+    intercepted."""
     from envbuild import plan as plan_mod
     from envbuild import reach
     from envbuild.names import PYPI_SIMPLE
@@ -272,10 +276,11 @@ def network(project: Project, insecure: dict[str, list[str]] | None = None) -> l
                 plan.source.canonical_index.rstrip("/") + "/",
                 (f"PyTorch index ({prof.build_tag})", "--torch-index MIRROR, or --find-links DIR with the wheels"),
             )
-        targets.setdefault(
-            registry_url(plan.base.image, insecure),
-            ("base image registry", "--base IMAGE from a registry you reach (or base in envbuild.toml)"),
-        )
+        if present is None or not present(plan.base.image):
+            targets.setdefault(
+                registry_url(plan.base.image, insecure),
+                ("base image registry", "--base IMAGE from a registry you reach (or base in envbuild.toml)"),
+            )
     for registry in sorted({r for r in (project.config.registry, *(p.registry for p in profiles)) if r}):
         targets.setdefault(
             registry_url(f"{registry}/x", insecure),
@@ -287,11 +292,31 @@ def network(project: Project, insecure: dict[str, list[str]] | None = None) -> l
     return [reach.probe(url, what, fix).as_dict() for url, (what, fix) in targets.items()]
 
 
+def _in_engine() -> Callable[[str], bool]:
+    """Whether the engine holds an image (a base loaded with `docker load` on a host that reaches no
+    registry was reported as unreachable, with a fix the build did not need)."""
+    import docker
+
+    from envbuild import engine
+
+    cli = engine.client(timeout=10)
+
+    def present(ref: str) -> bool:
+        try:
+            cli.images.get(ref)
+        except (docker.errors.DockerException, OSError):  # not there, a name it refuses, or no answer
+            return False
+        return True
+
+    return present
+
+
 def doctor(project: Project, *, check_network: bool = True) -> HostReport:
     report = inspect_host()
     report.profiles = verdicts(project, report)
     if check_network:
-        report.network = network(project, report.engine.get("insecure_registries"))
+        present = _in_engine() if report.engine.get("reachable") else None
+        report.network = network(project, report.engine.get("insecure_registries"), present)
     note = disk_note(report)
     if note:
         report.notes.insert(0, note)

@@ -219,6 +219,29 @@ def test_doctor_probes_the_registries_push_goes_to(project: Path, monkeypatch: p
     assert "`registry` (envbuild.toml, or a profile's)" in gone["fix"]
 
 
+def test_a_base_image_the_engine_holds_needs_no_registry(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A base loaded with `docker load` on a host that reaches no registry: the build takes it as it
+    is, but doctor reported Docker Hub unreachable, with a fix (--base) the build did not need."""
+    import urllib.error
+
+    from envbuild import reach
+
+    def nothing_answers(url: str, context: Any) -> None:
+        raise urllib.error.URLError(ConnectionRefusedError("no network in this test"))
+
+    monkeypatch.setattr(reach, "_open", nothing_answers)
+    proj = open_project(str(project))
+
+    def bases(present: Callable[[str], bool] | None) -> list[str]:
+        return [r["url"] for r in doctor.network(proj, None, present) if r["what"] == "base image registry"]
+
+    assert bases(None) == ["https://registry-1.docker.io/v2/"]  # no engine to ask: probed
+    assert bases(lambda ref: False) == ["https://registry-1.docker.io/v2/"]
+    assert bases(lambda ref: True) == []
+    # one base missing is enough for the registry to matter
+    assert bases(lambda ref: not ref.startswith("ubuntu:")) == ["https://registry-1.docker.io/v2/"]
+
+
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (CI installs it)")
 
 
