@@ -276,6 +276,14 @@ def network(
                 plan.source.canonical_index.rstrip("/") + "/",
                 (f"PyTorch index ({prof.build_tag})", "--torch-index MIRROR, or --find-links DIR with the wheels"),
             )
+        for root in _archives(project, plan):
+            targets.setdefault(
+                root,
+                (
+                    "OS package archive (apt.lock)",
+                    "build where the archive is reachable, or lock on a base whose apt sources name a mirror you reach",
+                ),
+            )
         if present is None or not present(plan.base.image):
             targets.setdefault(
                 registry_url(plan.base.image, insecure),
@@ -290,6 +298,22 @@ def network(
             ),
         )
     return [reach.probe(url, what, fix).as_dict() for url, (what, fix) in targets.items()]
+
+
+def _archives(project: Project, plan: Any) -> list[str]:
+    """The archives apt.lock's packages come from (the live one or a snapshot): what a build's apt
+    step fetches from; none where the profile has no readable apt.lock."""
+    from envbuild import aptfile, freshness
+
+    roots: set[str] = set()
+    for platform in plan.platforms:
+        path = freshness.lock_dir(project, plan.name) / aptfile.apt_lock_name(platform)
+        try:
+            debs = aptfile.parse(path.read_text("utf-8")).installed.values()
+        except (OSError, ValueError, KeyError, TypeError):  # none, or damaged: `lock --check` says so
+            continue
+        roots |= {deb.url.split("/pool/", 1)[0] + "/" for deb in debs if "/pool/" in deb.url}
+    return sorted(roots)
 
 
 def _in_engine() -> Callable[[str], bool]:

@@ -48,11 +48,12 @@ def _public() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
-def probe(url: str, what: str, fix_route: str, opener: Opener = _open) -> Reach:
+def probe(url: str, what: str, fix_route: str, opener: Opener | None = None) -> Reach:
+    opener = opener or _open  # looked up per call, so that a test can stand in for the network
     try:
         opener(url, _public())
-        if url.startswith("http://"):  # a registry the engine speaks to without TLS (insecure-registries)
-            return Reach(url, what, "reachable", "answers over plain HTTP, as the engine speaks to it", "")
+        if url.startswith("http://"):  # apt's archives (their indexes are signed), an insecure registry
+            return Reach(url, what, "reachable", "answers over plain HTTP", "")
         return Reach(url, what, "reachable", "answers, with a certificate from a public CA", "")
     except (urllib.error.URLError, OSError) as exc:
         tls = exc if isinstance(exc, ssl.SSLError) else getattr(exc, "reason", None)

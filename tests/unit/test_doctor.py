@@ -213,7 +213,7 @@ def test_doctor_probes_the_registries_push_goes_to(project: Path, monkeypatch: p
     pushed = {r["what"]: r for r in rows if r["what"].startswith("push registry")}
     up = pushed[f"push registry (127.0.0.1:{server.server_port}/envs)"]
     assert (up["state"], up["url"]) == ("reachable", f"http://127.0.0.1:{server.server_port}/v2/")
-    assert up["detail"] == "answers over plain HTTP, as the engine speaks to it"
+    assert up["detail"] == "answers over plain HTTP"
     gone = pushed[f"push registry ({down})"]
     assert (gone["state"], gone["detail"]) == ("unreachable", "the connection was refused")
     assert "`registry` (envbuild.toml, or a profile's)" in gone["fix"]
@@ -240,6 +240,35 @@ def test_a_base_image_the_engine_holds_needs_no_registry(project: Path, monkeypa
     assert bases(lambda ref: True) == []
     # one base missing is enough for the registry to matter
     assert bases(lambda ref: not ref.startswith("ubuntu:")) == ["https://registry-1.docker.io/v2/"]
+
+
+def test_doctor_probes_the_archives_apt_lock_installs_from(
+    engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build's apt step fetches every package apt.lock pins from its archive (the live one, or a
+    dated snapshot): a network that blocks it failed the build minutes in, and doctor never asked."""
+    import urllib.error
+
+    from envbuild import reach
+
+    asked: list[str] = []
+
+    def record(url: str, context: Any) -> None:
+        asked.append(url)
+        raise urllib.error.URLError(ConnectionRefusedError("no network in this test"))
+
+    monkeypatch.setattr(reach, "_open", record)
+    rows = doctor.network(open_project(str(engineless_project)))
+    archives = {r["url"]: r for r in rows if r["what"] == "OS package archive (apt.lock)"}
+    assert "http://deb.debian.org/debian/" in archives
+    assert "lock on a base whose apt sources name a mirror" in archives["http://deb.debian.org/debian/"]["fix"]
+    lock = engineless_project / "lockfiles" / "cpu-py311" / "apt.lock"
+    snapshot = "http://snapshot.debian.org/archive/debian/20250101T000000Z/"
+    lock.write_text(lock.read_text().replace("http://deb.debian.org/debian/", snapshot))
+    urls = [r["url"] for r in doctor.network(open_project(str(engineless_project)))]
+    assert snapshot in urls
+    lock.write_text("not an apt.lock\n")  # damaged: `lock --check` says so; doctor just has no archive from it
+    assert snapshot not in [r["url"] for r in doctor.network(open_project(str(engineless_project)))]
 
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (CI installs it)")
