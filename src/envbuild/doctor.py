@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuild import compat, validate
 from envbuild.errors import EngineUnavailable
@@ -15,6 +15,9 @@ from envbuild.profile import Profile
 from envbuild.project import Project
 from envbuild.smoke.inside.cxxlink import libstdcxx_linkage, static_problem
 from envbuild.smoke.inside.gpu import arch_covers, driver_verdict, driver_version
+
+if TYPE_CHECKING:
+    from envbuild.plan import Plan
 
 
 @dataclass
@@ -233,9 +236,9 @@ def _plain_http(host: str, insecure: dict[str, list[str]]) -> bool:
 
     if host in insecure.get("hosts", []):
         return True
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name = host[1:].split("]", 1)[0] if host.startswith("[") else host.rsplit(":", 1)[0]  # [::1]:5000, host:port
     try:
-        address = ipaddress.ip_address("127.0.0.1" if name == "localhost" else name.strip("[]"))
+        address = ipaddress.ip_address("127.0.0.1" if name == "localhost" else name)
     except ValueError:
         return False  # a name: the engine resolves it, doctor does not guess
     return any(address in ipaddress.ip_network(cidr, strict=False) for cidr in insecure.get("cidrs", []))
@@ -300,7 +303,7 @@ def network(
     return [reach.probe(url, what, fix).as_dict() for url, (what, fix) in targets.items()]
 
 
-def _archives(project: Project, plan: Any) -> list[str]:
+def _archives(project: Project, plan: Plan) -> list[str]:
     """The archives apt.lock's packages come from (the live one or a snapshot): what a build's apt
     step fetches from; none where the profile has no readable apt.lock."""
     from envbuild import aptfile, freshness

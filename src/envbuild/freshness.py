@@ -173,7 +173,7 @@ def _read(path: Path, shown: str) -> tuple[str | None, str]:
         return None, f"{shown} is missing"
     except UnicodeDecodeError as exc:
         said, line, column = not_utf8(exc)  # an edit saved in another encoding: `lock` writes it anew
-        return None, f"{shown}:{line} is {said} at column {column}"
+        return None, f"{shown}:{line}: {said} (column {column})"
     except OSError as exc:
         return None, f"{shown} cannot be read ({exc.strerror or exc})"
 

@@ -173,6 +173,7 @@ def test_a_registry_the_engine_speaks_plain_http_to_is_probed_so() -> None:
     assert registry_url("registry.lan:5000/x", engine) == "http://registry.lan:5000/v2/"
     assert registry_url("10.30.3.4:5000/x", engine) == "https://10.30.3.4:5000/v2/"
     assert registry_url("ghcr.io/acme/envs/x", engine) == "https://ghcr.io/v2/"
+    assert registry_url("[::1]:5000/x", {"hosts": [], "cidrs": ["::1/128"]}) == "http://[::1]:5000/v2/"
 
 
 def test_doctor_probes_the_registries_push_goes_to(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -239,7 +239,7 @@ def test_a_lockfile_saved_in_latin_1_is_named_by_line_and_its_re_lock_keeps_its_
     res = cli("lock", "--check", "cpu-py311", "--project", str(locked_project))
     assert res.code == 1
     line = text.count("\n") + 1
-    assert f"lockfiles/cpu-py311/requirements.lock:{line} is not UTF-8 text (byte 0xe9) at column 6" in res.err
+    assert f"lockfiles/cpu-py311/requirements.lock:{line}: not UTF-8 text (byte 0xe9) (column 6)" in res.err
     pylock = (lockf.parent / "pylock.toml").read_text()
     seeds: list[str] = []
 
