@@ -168,6 +168,8 @@ def _read(path: Path, shown: str) -> tuple[str | None, str]:
         text = path.read_text("utf-8")
         if conflicted(text):  # said first: its record is one side's, and "the profile changed" would mislead
             return None, f"{shown} has a merge's conflict markers (two re-locks merged)"
+        if text.startswith("\ufeff"):  # invisible in the editor that added it; "line 1 is not a pin" misled
+            return None, f"{shown} starts with a byte-order mark (U+FEFF): an editor saved it with one"
         return text, ""
     except FileNotFoundError:
         return None, f"{shown} is missing"

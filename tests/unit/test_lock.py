@@ -227,7 +227,7 @@ def test_a_merged_pair_of_re_locks_is_read_by_its_first_side_and_named_as_a_merg
     assert "lockfiles/cpu-py311/requirements.lock has a merge's conflict markers (two re-locks merged)" in res.err
 
 
-def test_a_lockfile_saved_in_latin_1_is_named_by_line_and_its_re_lock_keeps_its_pins(
+def test_a_lockfile_an_editor_saved_in_latin_1_or_with_a_bom_is_named_so_and_its_re_lock_keeps_its_pins(
     cli: Callable[..., Result], locked_project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An editor saved a hand-added comment in Latin-1. `lock --check` said "cannot be read ('utf-8'
@@ -257,6 +257,11 @@ def test_a_lockfile_saved_in_latin_1_is_named_by_line_and_its_re_lock_keeps_its_
     assert res.code == 0, res.err
     assert seeds and lockfile.parse_requirements(seeds[0]) == lockfile.parse_requirements(text)
     assert lockfile.body(lockf.read_text()) == lockfile.body(text)  # the pins before the edit, in UTF-8
+    # saved as UTF-8 with a byte-order mark: named as such, not as an unpinned "line 1"
+    lockf.write_bytes(b"\xef\xbb\xbf" + lockf.read_bytes())
+    res = cli("lock", "--check", "cpu-py311", "--project", str(locked_project))
+    assert res.code == 1 and "requirements.lock starts with a byte-order mark (U+FEFF)" in res.err
+    lockf.write_bytes(lockf.read_bytes()[3:])
     assert lockfile.body((lockf.parent / "pylock.toml").read_text()) == lockfile.body(pylock)
     res = cli("lock", "--check", "cpu-py311", "--project", str(locked_project))
     assert res.code == 0, res.err
