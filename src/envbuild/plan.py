@@ -25,7 +25,7 @@ TEMPLATE_NAMES = {
     "venv": ("Dockerfile.venv.j2", "requirements.in.j2", "lock-input.toml.j2"),
     "conda": ("Dockerfile.conda.j2", "environment.yml.j2"),
 }
-TEMPLATE_PARTS = ("_apt.j2",)  # imported by the Dockerfile templates, not rendered on their own
+TEMPLATE_PARTS = ("_apt.j2", "_login.j2")  # imported by the Dockerfile templates, not rendered on their own
 LOCK_FORMAT = 1
 """Version of what the input digest covers; a change here makes every lockfile stale on purpose."""
 

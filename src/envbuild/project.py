@@ -254,9 +254,10 @@ def open_project(explicit: str | None = None) -> Project:
 
 def read_text(path: Path, shown: str | None = None) -> str:
     """A file of the project a person edits (envbuild.toml, a check script); one an editor saved in
-    another encoding is named by line and column, with the fix."""
+    another encoding is named by line and column, with the fix. A byte-order mark (Notepad's UTF-8)
+    is read past: TOML took it for "Invalid statement (at line 1, column 1)"."""
     try:
-        return path.read_text("utf-8")
+        return path.read_text("utf-8-sig")
     except UnicodeDecodeError as exc:
         said, line, column = not_utf8(exc)
         raise UsageError(f"{shown or path}:{line}: {said} (column {column})", hint=NOT_UTF8_FIX) from exc

@@ -271,6 +271,8 @@ def test_files_saved_in_latin_1_are_named_by_line_and_column_with_the_fix(projec
     assert res.code == 2
     assert "envbuild.toml:2: not UTF-8 text (byte 0xe9) (column 3)" in res.err
     assert "save the file as UTF-8" in res.err
+    (project / "envbuild.toml").write_bytes(b"\xef\xbb\xbf[envbuild]\nlock_jobs = 2\n")  # UTF-8 with a BOM
+    assert cli("list", "--project", str(project)).code == 0
     (project / "envbuild.toml").unlink()
     (project / "checks" / "train_tiny.py").write_bytes("print(1)\n# café\n".encode("latin-1"))
     res = cli("render", "cpu-py311", "--project", str(project))

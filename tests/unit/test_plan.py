@@ -365,3 +365,16 @@ def test_a_conda_profile_locks_only_its_runtime_os_packages(extra: dict[str, obj
     plan = plan_mod.for_profile(Profile.model_validate(fields))
     assert plan.apt_stages == stages
     assert "_apt.j2" in plan.templates  # the shared part is in the build digest like the templates
+
+
+def test_every_template_part_a_dockerfile_imports_is_in_the_image_digest() -> None:
+    """A part left out of TEMPLATE_PARTS changes every image without making one stale (the login
+    shell's part, added without it, would have)."""
+    import re
+
+    imported = {
+        name
+        for template in plan_mod.default_templates_dir().glob("*.j2")
+        for name in re.findall(r"""{%-?\s*(?:from|import|include)\s+["']([^"']+)["']""", template.read_text())
+    }
+    assert imported and imported == set(plan_mod.TEMPLATE_PARTS)
