@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -10,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from envbuild import compat, validate
-from envbuild.errors import EngineUnavailable
+from envbuild.errors import EngineUnavailable, UsageError
 from envbuild.profile import Profile
 from envbuild.project import Project
 from envbuild.smoke.inside.cxxlink import libstdcxx_linkage, static_problem
@@ -262,8 +263,8 @@ def network(
     where `push` goes (envbuild.toml's and the profiles' registry); and whether TLS to them is
     intercepted."""
     from envbuild import plan as plan_mod
-    from envbuild import reach
-    from envbuild.names import PYPI_SIMPLE
+    from envbuild import publish, reach
+    from envbuild.names import PYPI_SIMPLE, moving_tag
 
     targets: dict[str, tuple[str, str]] = {
         (project.config.index_url or PYPI_SIMPLE).rstrip("/") + "/": (
@@ -292,9 +293,14 @@ def network(
                 registry_url(plan.base.image, insecure),
                 ("base image registry", "--base IMAGE from a registry you reach (or base in envbuild.toml)"),
             )
-    for registry in sorted({r for r in (project.config.registry, *(p.registry for p in profiles)) if r}):
+    pushed: set[str] = set()
+    for prof in profiles:
+        with contextlib.suppress(UsageError):  # no registry set: push needs --registry, nothing to probe
+            pushed.add(moving_tag(publish.registry_for(project, prof, None), prof.name))
+    for ref in sorted(pushed):  # the references push makes (REGISTRY:NAME): the same registry host
+        registry = ref.rsplit(":", 1)[0]
         targets.setdefault(
-            registry_url(f"{registry}/x", insecure),
+            registry_url(ref, insecure),
             (
                 f"push registry ({registry})",
                 "check that the registry is up and that `registry` (envbuild.toml, or a profile's) names it",
