@@ -17,6 +17,7 @@ from envbuild.profilefile import OWN_BUILD, Loaded
 
 def check(ld: Loaded, data: dict[str, Any]) -> None:
     _listed_twice(ld, data)
+    _apt_twice(ld, data)
     _accelerator_libraries(ld, data)
     _env_of_the_image(ld, data)
     if data.get("flavor") == "conda":
@@ -132,6 +133,21 @@ def _listed_twice(ld: Loaded, data: dict[str, Any]) -> None:
         if key in first:
             where = f"packages[{first[key]}]"
             ld.add("error", f"packages[{i}]", f"{req.name} is listed twice (also {where})", "keep one pin", item)
+        else:
+            first[key] = i
+
+
+def _apt_twice(ld: Loaded, data: dict[str, Any]) -> None:
+    """An OS package named twice: two versions cannot both be installed, so one pin is not what the
+    image gets; the same entry twice is a slip, said as it is for `packages`."""
+    listed = data.get("apt")
+    first: dict[str, int] = {}
+    for i, item in enumerate(listed if isinstance(listed, list) else []):
+        if not isinstance(item, str):
+            continue
+        key = item.split("=", 1)[0]
+        if key in first:
+            ld.add("error", f"apt[{i}]", f"{key} is listed twice (also apt[{first[key]}])", "keep one", item)
         else:
             first[key] = i
 

@@ -259,8 +259,24 @@ def read_text(path: Path, shown: str | None = None) -> str:
     try:
         return path.read_text("utf-8-sig")
     except UnicodeDecodeError as exc:
-        said, line, column = not_utf8(exc)
-        raise UsageError(f"{shown or path}:{line}: {said} (column {column})", hint=NOT_UTF8_FIX) from exc
+        raise UsageError(f"{shown or path}:{_not_utf8_at(exc)}", hint=NOT_UTF8_FIX) from exc
+
+
+def text_problem(path: Path, shown: str) -> tuple[str, str] | None:
+    """Why `read_text` would refuse a file that is there, with the fix: validate says it with the
+    rest of a profile's problems, where render, lock and build stop at it."""
+    try:
+        path.read_text("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return f"{shown}:{_not_utf8_at(exc)}", NOT_UTF8_FIX
+    except OSError as exc:
+        return f"{shown} cannot be read ({exc.strerror or exc})", "make it readable by the user who runs envbuild"
+    return None
+
+
+def _not_utf8_at(exc: UnicodeDecodeError) -> str:
+    said, line, column = not_utf8(exc)
+    return f"{line}: {said} (column {column})"
 
 
 def _validate_config(raw: Any, config_path: Path, outside: dict[str, Any]) -> ProjectConfig:

@@ -12,7 +12,7 @@ from envbuild import compat, packagerules, profile
 from envbuild.errors import ProfileError
 from envbuild.profile import name_parts
 from envbuild.profilefile import Loaded
-from envbuild.project import Project
+from envbuild.project import Project, text_problem
 from envbuild.yamlsrc import MAX_NODES
 
 
@@ -318,14 +318,18 @@ def _check_misc(ld: Loaded, data: dict[str, Any], bad: set[str], root: Path) -> 
             )
     if "checks" not in bad:
         for i, script in enumerate(_list(data, "checks")):
-            if isinstance(script, str) and not (root / script).is_file():
-                ld.add(
-                    "error",
-                    f"checks[{i}]",
+            if not isinstance(script, str):
+                continue
+            found = (
+                text_problem(root / script, script[:80])
+                if (root / script).is_file()
+                else (
                     f"{script[:80]!r} is not a file of the project",
                     "name a Python script relative to the project folder, e.g. checks/train_tiny.py",
-                    script,
                 )
+            )
+            if found:
+                ld.add("error", f"checks[{i}]", found[0], found[1], script)
     if "find_links" in bad:
         return
     for i, link in enumerate(_list(data, "find_links")):

@@ -275,10 +275,12 @@ def test_files_saved_in_latin_1_are_named_by_line_and_column_with_the_fix(projec
     assert cli("list", "--project", str(project)).code == 0
     (project / "envbuild.toml").unlink()
     (project / "checks" / "train_tiny.py").write_bytes("print(1)\n# café\n".encode("latin-1"))
-    res = cli("render", "cpu-py311", "--project", str(project))
-    assert res.code == 2
-    assert "cpu-py311's checks: checks/train_tiny.py:2: not UTF-8 text (byte 0xe9) (column 6)" in res.err
-    assert "save the file as UTF-8" in res.err
+    for command in ("validate", "render"):  # validate said nothing of it, and render then stopped
+        res = cli(command, "cpu-py311", "--project", str(project))
+        said = res.out + res.err  # validate's report goes to stdout, render's error to stderr
+        assert res.code == 2
+        assert "cpu-py311.yaml:10: checks[0]: checks/train_tiny.py:2: not UTF-8 text (byte 0xe9) (column 6)" in said
+        assert "save the file as UTF-8" in said
 
 
 def test_option_parsing_keeps_typer_conversions_and_errors(cli: Cli, project: Path) -> None:

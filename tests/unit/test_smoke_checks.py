@@ -346,6 +346,29 @@ def test_a_check_that_is_not_there_is_a_validation_error(write_profile: Callable
     assert "'checks/nope.py' is not a file of the project" in loaded.errors[0].message
 
 
+def test_a_check_that_cannot_be_read_is_a_validation_error(
+    write_profile: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """validate now reads each check (to name one that is not UTF-8); one it may not read is said
+    with the rest, not an internal error. Root reads any mode, so the refusal is simulated."""
+    path = write_profile(checks=["checks/train_tiny.py"])
+    script = path.parent.parent / "checks" / "train_tiny.py"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text("print(1)\n")
+    real = Path.read_text
+
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> str:
+        if self.name == "train_tiny.py":
+            raise PermissionError(13, "Permission denied")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    loaded = validate.check(path)
+    assert [(d.field, d.message) for d in loaded.errors] == [
+        ("checks[0]", "checks/train_tiny.py cannot be read (Permission denied)")
+    ]
+
+
 def test_min_peak_must_be_a_percentage(cli: Callable[..., CliResult], engineless_project: Path) -> None:
     res = cli("smoke", "cpu-py311", "--min-peak", "0")
     assert res.code == 2 and "--min-peak 0: a percentage of the datasheet peak" in res.err

@@ -450,6 +450,14 @@ def test_a_cuda_library_for_another_cuda_or_another_builds_triton_is_named_befor
     assert any("nvidia-nccl-cu12 is a CUDA library; a CPU profile's torch never loads it" in w for w in warned), warned
 
 
+def test_an_os_package_listed_twice_is_named(write_profile: Callable[..., Path]) -> None:
+    """`apt: [git, less, git]` was taken without a word; with two versions one pin was not what the
+    image got."""
+    path = write_profile(apt=["git", "less", "git=1:2.39.5-0+deb12u2"])
+    assert only_error(path).endswith("apt[2]: git is listed twice (also apt[0]); keep one")
+    assert errors_of(write_profile(apt=["git", "git-lfs", "less"])) == []
+
+
 def test_a_package_listed_twice_is_named_before_the_resolver_sees_it(write_profile: Callable[..., Path]) -> None:
     """`lock` only said "unsatisfiable" for einops==0.8.1 next to Einops==0.8.0 (or took the stricter
     of two ranges). Markers that tell two entries apart (one per Python) stay allowed."""
