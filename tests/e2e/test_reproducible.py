@@ -99,12 +99,19 @@ _REWRITE_ENTRY = (
 )
 
 
+_FORGE_DIGEST = (
+    "import json, sys; sys.path.insert(0, '/opt/envbuild'); from envbuild_smoke.manifest import digest; "
+    "open('/opt/envbuild/env-digest', 'w').write(digest(json.load(open('/opt/envbuild/manifest.json'))))"
+)
+
+
 def test_a_tampered_file_and_manifest_a_rewritten_label_or_an_os_python_edit_fail_the_smoke_test(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:
     """All three passed every check before: a file changed with its manifest entry rewritten to
     match, `LABEL io.envbuild.torch=2.5.1` on an image that holds torch 2.13.0, and a sitecustomize.py
-    (run at every start) in the OS Python the venv runs on."""
+    (run at every start) in the OS Python the venv runs on. And (by hand, 2026-12-07) the first with
+    the env-digest rewritten too, file and label: only its wheel's RECORD still tells."""
     tampered = derived(
         docker_client,
         built_cpu["image_id"],
@@ -113,6 +120,13 @@ def test_a_tampered_file_and_manifest_a_rewritten_label_or_an_os_python_edit_fai
         f'RUN python -c "{_REWRITE_ENTRY}"',
         "USER 1000:1000",
     )
+    digest_rewritten = derived(
+        docker_client, tampered.id, "USER root", f'RUN python -c "{_FORGE_DIGEST}"', "USER 1000:1000"
+    )
+    forged_digest = docker_client.containers.run(
+        digest_rewritten.id, ["cat", "/opt/envbuild/env-digest"], remove=True
+    ).decode()
+    forged = derived(docker_client, digest_rewritten.id, f"LABEL io.envbuild.env-digest={forged_digest}")
     relabelled = derived(docker_client, built_cpu["image_id"], 'LABEL io.envbuild.torch="2.5.1"')
     # Debian's stdlib sitecustomize.py is a link into /etc: the edit lands outside every scanned folder
     customised = derived(
@@ -126,6 +140,11 @@ def test_a_tampered_file_and_manifest_a_rewritten_label_or_an_os_python_edit_fai
         report = host.run_in_image(docker_client, tampered.id, gpus="none", accelerator="cpu")
         assert not report["passed"] and report["failed"] == ["integrity"], report["failed"]
         assert "manifest.json was changed after the build" in _check(report, "integrity")["reason"]
+        report = host.run_in_image(docker_client, forged.id, gpus="none", accelerator="cpu")
+        assert not report["passed"] and report["failed"] == ["integrity"], report["failed"]
+        said = _check(report, "integrity")["reason"]
+        assert "numpy: 1 file(s) unlike their wheel's RECORD (lib/python3.11/site-packages/numpy/__init__.py)" in said
+        assert "which the manifest lists as they are: it was rewritten with them" in said
         report = host.run_in_image(docker_client, relabelled.id, gpus="none", accelerator="cpu")
         assert not report["passed"] and report["failed"] == ["labels"], report["failed"]
         assert "io.envbuild.torch='2.5.1' but the image holds torch 2.13.0" in _check(report, "labels")["reason"]
@@ -134,7 +153,8 @@ def test_a_tampered_file_and_manifest_a_rewritten_label_or_an_os_python_edit_fai
         said = _check(report, "integrity")["reason"]
         assert "the base Python (/usr/lib/python3.11): 1 file(s) changed (sitecustomize.py)" in said
     finally:
-        for image in (tampered, relabelled, customised):
+        # forged's untagged parents (digest_rewritten, tampered) go with it
+        for image in (forged, relabelled, customised):
             docker_client.images.remove(image.id, force=True)
     assert _check(built_cpu["smoke"], "labels")["status"] == "pass"
 

@@ -543,6 +543,56 @@ def test_a_manifest_edited_with_the_files_it_lists_fails_the_integrity_check(tmp
         integrity.check_integrity(_ctx(expect_path=str(folder / "expect.json")), Result("integrity"))
 
 
+def _record_line(path: Path, rel: str) -> str:
+    import base64
+    import hashlib
+
+    b64 = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+    return f"{rel},sha256={b64},{path.stat().st_size}\n"
+
+
+def test_a_file_edited_with_the_manifest_and_its_digest_fails_against_its_wheel_s_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By hand on 2026-12-07: an image built FROM a tested one that appended a line to
+    numpy/__init__.py, rewrote its manifest entry, /opt/envbuild/env-digest and the env-digest label
+    passed every check (`smoke passed`; only the host's record said the image was not the one that
+    passed). The wheel's RECORD is a second witness: the edit must forge it too. A path two
+    distributions ship holds if it is either's; conda's packages (their prefixes rewritten at
+    install) and byte code (compiled again by the build: numpy's wheel carries some) are not held
+    to their RECORDs."""
+    from envbuild.smoke.inside import integrity, manifest
+
+    venv, folder = _image_like(tmp_path, monkeypatch)
+    site = venv / "lib" / "site-packages"
+    target = site / "numpy" / "__init__.py"
+    (site / "numpy" / "x.cpython-311.pyc").write_bytes(b"recompiled")
+    (site / "nvidia").mkdir()
+    (site / "nvidia" / "__init__.py").write_text("")
+    for dist, installer, lines in [
+        # the build compiles every module again: a .pyc the wheel carried is not its RECORD's
+        ("numpy-2.1.3", "uv", [_record_line(target, "numpy/__init__.py"), "numpy/x.cpython-311.pyc,sha256=eA,1\n"]),
+        ("nvidia_a-1", "pip", [_record_line(site / "nvidia" / "__init__.py", "nvidia/__init__.py")]),
+        ("nvidia_b-1", "pip", ["nvidia/__init__.py,sha256=c29tZXRoaW5nIGVsc2U,14\n"]),  # another build's
+        ("condapkg-1", "conda", ["numpy/__init__.py,sha256=bm90IHRoaXM,3\n"]),
+    ]:
+        info = site / f"{dist}.dist-info"
+        info.mkdir()
+        (info / "INSTALLER").write_text(installer + "\n")
+        (info / "RECORD").write_text("".join(lines) + f"{dist}.dist-info/RECORD,,\n")
+    manifest.main(["--root", str(venv), "--write", str(folder / "manifest.json")])
+    ctx = _ctx(expect_path=str(folder / "expect.json"))
+    integrity.check_integrity(ctx, Result("integrity"))
+    target.write_text("x = 1\nimport os as _o  # tampered\n")
+    manifest.main(["--root", str(venv), "--write", str(folder / "manifest.json")])  # manifest and digest
+    with pytest.raises(CheckFailed) as failed:
+        integrity.check_integrity(ctx, Result("integrity"))
+    said = failed.value.reason
+    assert "1 file(s) unlike their wheel's RECORD (lib/site-packages/numpy/__init__.py)" in said, said
+    assert said.endswith("which the manifest lists as they are: it was rewritten with them"), said
+    assert "nvidia" not in said and "changed" not in said
+
+
 def _labels_report(**found: Any) -> dict[str, Any]:
     expect = {"profile": "cpu-py311", "accelerator": "cpu", "python": "3.11", "torch": "2.13.0", "numpy": "2.1.3"}
     checks = [{"name": "integrity", "status": "pass", "facts": {"env_digest": "e" * 64}}]

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon, extension_module
 from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
+from .records import unlike_record
 
 SHOWN = 5
 
@@ -344,9 +345,11 @@ def check_integrity(ctx: Context, r: Result) -> None:
     changed = [p for p, v in recorded.items() if p in current and current[p] != v]
     removed = [p for p in recorded if p not in current]
     added = [p for p in current if p not in recorded]
+    # files the manifest vouches for that their wheel's RECORD does not: edited with the manifest
+    forged = [p for p in unlike_record(root, current) if recorded.get(p) == current[p]]
     base = _base_python(manifest, root, ctx, r)
     _fail_if_shadowed(ctx)
-    if not (changed or removed or added or base):
+    if not (changed or removed or added or base or forged):
         return
     owners = _owners(root)
     locked = {_canon(k) for k in (ctx.expect.get("packages") or {})}
@@ -355,6 +358,11 @@ def check_integrity(ctx: Context, r: Result) -> None:
         problems.append(_say("changed", _by_owner(changed, owners)))
     if removed:
         problems.append(_say("removed", _by_owner(removed, owners)))
+    if forged:
+        problems.append(
+            _say("unlike their wheel's RECORD", _by_owner(forged, owners))
+            + ", which the manifest lists as they are: it was rewritten with them"
+        )
     added_by = _by_owner(added, owners)
     # whole distributions the lockfile does not have: a derived image's pip install
     foreign = {d: f for d, f in added_by.items() if d not in locked and d != "(no distribution)"}
@@ -372,7 +380,7 @@ def check_integrity(ctx: Context, r: Result) -> None:
     if slipped:
         problems.append(_say("added", slipped))
     if problems:
-        only_added = not (changed or removed or base or slipped)
+        only_added = not (changed or removed or base or slipped or forged)
         remedy = ctx.environment_remedy(only_added=only_added)
         if base and ctx.lock_match == "exact" and not (changed or removed or foreign or slipped):
             remedy = (
