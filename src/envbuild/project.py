@@ -218,11 +218,29 @@ def repository_part(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64]
 
 
+def _enclosing(start: Path) -> Path:
+    """The project a command typed in `start` is for: the nearest of it and the folders above it, up
+    to the top of its git checkout, with an envbuild.toml or a profiles/ folder; else `start` (a new
+    project). From profiles/ itself `envbuild status` said "profiles/ does not exist", as it did from
+    any folder of the project's code. Only inside a checkout, and not past its top: a profiles/
+    folder above it (or above a folder in no checkout: a home folder's) is no project of this one."""
+    inside: list[Path] = []
+    for folder in (start, *start.parents):
+        inside.append(folder)
+        if (folder / ".git").exists():  # the checkout's top: a folder (a clone) or a file (a worktree)
+            return next((f for f in inside if _is_project(f)), start)
+    return start
+
+
+def _is_project(folder: Path) -> bool:
+    return (folder / CONFIG_NAME).is_file() or (folder / "profiles").is_dir()
+
+
 def open_project(explicit: str | None = None) -> Project:
-    """The project named by --project, ENVBUILD_PROJECT, or the current folder."""
-    named = explicit or os.environ.get("ENVBUILD_PROJECT") or "."
+    """The project named by --project, ENVBUILD_PROJECT, or the one the current folder is in."""
+    named = explicit or os.environ.get("ENVBUILD_PROJECT")
     try:
-        root = Path(named).resolve()
+        root = Path(named).resolve() if named else _enclosing(Path.cwd().resolve())
     except FileNotFoundError as exc:  # a relative path, and the shell's folder was deleted under it
         raise UsageError(
             "the current folder no longer exists (removed or replaced after this shell entered it)",

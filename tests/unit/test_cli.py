@@ -730,6 +730,33 @@ def test_a_lock_still_resolving_says_so_in_a_log(cli: Cli, project: Path, monkey
     assert 1 <= len(beats) <= 2, res.err
 
 
+def test_a_command_typed_in_a_folder_inside_the_project_finds_it(
+    cli: Cli, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From profiles/ itself, or from the project's code, `envbuild status` said "profiles/ does not
+    exist". The search goes up to the top of the git checkout and no further; paths typed on the
+    command line stay relative to the folder they were typed in."""
+    monkeypatch.delenv("ENVBUILD_PROJECT", raising=False)
+    (project / ".git").mkdir()
+    (project / "src" / "pkg").mkdir(parents=True)
+    for inside in (project / "profiles", project / "src" / "pkg"):
+        monkeypatch.chdir(inside)
+        res = cli("list", "--json")
+        assert res.code == 0, res.err
+        assert "cpu-py311" in {row["name"] for row in json.loads(res.out)}
+    res = cli("render", "cpu-py311", "-o", "rendered")
+    assert res.code == 0, res.err
+    assert (project / "src" / "pkg" / "rendered" / "Dockerfile").is_file()
+    # a folder in another checkout below a project's folder, or in none, is its own (new) project
+    for own in (project / "vendored", tmp_path / "elsewhere"):
+        (own / "sub").mkdir(parents=True)
+        if own.parent == project:
+            (own / ".git").write_text("gitdir: /somewhere/else\n")  # a worktree's .git is a file
+        monkeypatch.chdir(own / "sub")
+        res = cli("list")
+        assert res.code == 0 and "profiles/ does not exist" in res.err, (own, res.err)
+
+
 def test_a_current_folder_deleted_under_the_shell_is_a_usage_error(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
