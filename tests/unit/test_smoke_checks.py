@@ -567,6 +567,8 @@ def test_a_file_edited_with_the_manifest_and_its_digest_fails_against_its_wheel_
     site = venv / "lib" / "site-packages"
     target = site / "numpy" / "__init__.py"
     (site / "numpy" / "x.cpython-311.pyc").write_bytes(b"recompiled")
+    (site / "numpy" / "_vendor").mkdir()
+    (site / "numpy" / "_vendor" / "pkg.py").write_text("patched after vendoring\n")
     (site / "nvidia").mkdir()
     (site / "nvidia" / "__init__.py").write_text("")
     for dist, installer, lines in [
@@ -575,6 +577,8 @@ def test_a_file_edited_with_the_manifest_and_its_digest_fails_against_its_wheel_
         ("nvidia_a-1", "pip", [_record_line(site / "nvidia" / "__init__.py", "nvidia/__init__.py")]),
         ("nvidia_b-1", "pip", ["nvidia/__init__.py,sha256=c29tZXRoaW5nIGVsc2U,14\n"]),  # another build's
         ("condapkg-1", "conda", ["numpy/__init__.py,sha256=bm90IHRoaXM,3\n"]),
+        # one a package vendors, whose RECORD is its vendoring's business
+        ("numpy/_vendor/pkg-1", "pip", ["pkg.py,sha256=bm90IHRoaXM,3\n"]),
     ]:
         info = site / f"{dist}.dist-info"
         info.mkdir()

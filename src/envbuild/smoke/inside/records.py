@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 _INSTALLERS = ("pip", "uv")
+_SITE = ("site-packages", "dist-packages")
 
 
 def _installer(info: str) -> str:
@@ -43,9 +44,10 @@ def unlike_record(root: str, files: Mapping[str, list[Any]]) -> list[str]:
         if not rel.endswith(".dist-info/RECORD"):
             continue
         info = os.path.dirname(rel)
-        if _installer(os.path.join(root, info)) not in _INSTALLERS:
-            continue
         site = os.path.dirname(info)  # RECORD's paths are relative to the folder that holds the dist-info
+        # an installed distribution's, not one a package vendors (setuptools/_vendor/*.dist-info)
+        if os.path.basename(site) not in _SITE or _installer(os.path.join(root, info)) not in _INSTALLERS:
+            continue
         try:
             with open(os.path.join(root, rel), encoding="utf-8", newline="") as fh:
                 rows = list(csv.reader(fh))
