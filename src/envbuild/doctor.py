@@ -293,12 +293,12 @@ def network(
                 registry_url(plan.base.image, insecure),
                 ("base image registry", "--base IMAGE from a registry you reach (or base in envbuild.toml)"),
             )
-    pushed: set[str] = set()
+    pushed: dict[str, str] = {}  # {the reference push makes (REGISTRY:NAME): its registry}
     for prof in profiles:
         with contextlib.suppress(UsageError):  # no registry set: push needs --registry, nothing to probe
-            pushed.add(moving_tag(publish.registry_for(project, prof, None), prof.name))
-    for ref in sorted(pushed):  # the references push makes (REGISTRY:NAME): the same registry host
-        registry = ref.rsplit(":", 1)[0]
+            registry = publish.registry_for(project, prof, None)
+            pushed[moving_tag(registry, prof.name)] = registry
+    for ref, registry in sorted(pushed.items()):
         targets.setdefault(
             registry_url(ref, insecure),
             (
