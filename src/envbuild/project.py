@@ -55,6 +55,9 @@ class ProjectConfig:
 class Project:
     root: Path
     config: ProjectConfig = field(default_factory=ProjectConfig)
+    # The folder the command was typed in, where it lies below the root: paths in messages are
+    # shown from there, so a terminal's link to `../profiles/x.yaml:9` opens the file.
+    here: Path | None = None
 
     @property
     def profiles_dir(self) -> Path:
@@ -99,11 +102,14 @@ class Project:
         return self.work_dir(profile) / "smoke.json"
 
     def rel(self, path: Path) -> str:
-        """A path as the user should see it: relative to the project when inside it."""
+        """A path as the user should see it: relative to the project when inside it, and to the
+        folder the command was typed in when that lies inside the project too."""
+        root = self.root.resolve()
         try:
-            return str(path.resolve().relative_to(self.root.resolve()))
+            inside = path.resolve().relative_to(root)
         except ValueError:
             return str(path)
+        return os.path.relpath(root / inside, self.here) if self.here else str(inside)
 
     def no_profiles(
         self, start: str = "`envbuild new cu126-py312` starts one, or pass --project DIR"
@@ -240,12 +246,18 @@ def open_project(explicit: str | None = None) -> Project:
     """The project named by --project, ENVBUILD_PROJECT, or the one the current folder is in."""
     named = explicit or os.environ.get("ENVBUILD_PROJECT")
     try:
-        root = Path(named).resolve() if named else _enclosing(Path.cwd().resolve())
-    except FileNotFoundError as exc:  # a relative path, and the shell's folder was deleted under it
+        here: Path | None = Path.cwd().resolve()
+    except FileNotFoundError:  # the shell's folder was deleted (or replaced) under it
+        here = None
+    if named and (here or Path(named).is_absolute()):
+        root = Path(named).resolve()
+    elif here:
+        root = _enclosing(here)
+    else:
         raise UsageError(
             "the current folder no longer exists (removed or replaced after this shell entered it)",
             hint='cd into the project again (`cd "$PWD"` if it was recreated), or pass --project DIR',
-        ) from exc
+        )
     if not root.is_dir():
         raise UsageError(
             f"project folder {root} does not exist",
@@ -267,7 +279,7 @@ def open_project(explicit: str | None = None) -> Project:
         # above the header, a [base] meant as [envbuild.base]
         outside = {k: v for k, v in sorted(raw.items()) if k != "envbuild"} if "envbuild" in raw else {}
         config = _validate_config(raw.get("envbuild", raw), config_path, outside)
-    return Project(root=root, config=config)
+    return Project(root=root, config=config, here=here if here and root in here.parents else None)
 
 
 def read_text(path: Path, shown: str | None = None) -> str:

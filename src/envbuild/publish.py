@@ -94,10 +94,32 @@ def _with_retries(verb: str, ref: str, action: Callable[[], str], say: Events) -
             say("retry", what, f"attempt {attempt} failed ({last.splitlines()[0][:120]}); retrying in {delay:.1f}s")
             time.sleep(delay)
             delay *= 2
-    raise PublishError(
-        f"{what} failed; the registry answered: {last.splitlines()[0] if last else 'nothing'}",
-        hint=registry_hint(ref, last),
-    )
+    raise PublishError(f"{what} failed; {_what_happened(ref, last)}", hint=registry_hint(ref, last))
+
+
+def _unreached(text: str) -> bool:
+    """Whether nothing took the engine's connection: no listener, no route, no such name."""
+    return any(
+        s in text for s in ("connection refused", "no such host", "no route to host", "network is unreachable")
+    ) or ("dial tcp" in text and "timeout" in text)
+
+
+def _silent(text: str) -> bool:
+    """Whether something took the connection and then sent no answer in the engine's time."""
+    return not _unreached(text) and ("timeout" in text or "deadline exceeded" in text)
+
+
+def _what_happened(ref: str, last: str) -> str:
+    """What the engine's last error says happened, in words that do not call silence an answer."""
+    host, text = ref.split("/", 1)[0], last.lower()
+    first = last.splitlines()[0] if last else "nothing"
+    if text.startswith(engine.STALLED):
+        return first
+    if _unreached(text):
+        return f"nothing answered at {host}: {first}"
+    if _silent(text):
+        return f"{host} took the connection but did not answer in time: {first}"
+    return f"the registry answered: {first}"
 
 
 def registry_hint(ref: str, answer: str) -> str:
@@ -123,6 +145,11 @@ def registry_hint(ref: str, answer: str) -> str:
         return f"nothing is published as {ref}: push it first (envbuild push NAME --registry ...), or check the path"
     if "no such host" in text:
         return f"{host} does not resolve: check the --registry value (or `registry:` in the profile / envbuild.toml)"
+    if _silent(text):
+        return (
+            f"something at {host} takes connections but sends no answer: check that it is a registry and not "
+            f"overloaded (`curl -v http://{host}/v2/`, or https://, answers 200 or 401 at once) and any proxy between"
+        )
     return f"check that the registry at {host} is up and reachable from the Docker engine"
 
 

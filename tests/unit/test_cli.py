@@ -757,6 +757,31 @@ def test_a_command_typed_in_a_folder_inside_the_project_finds_it(
         assert res.code == 0 and "profiles/ does not exist" in res.err, (own, res.err)
 
 
+def test_messages_name_files_from_the_folder_the_command_was_typed_in(
+    cli: Cli, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a folder of the project's code, `profiles/x.yaml:3` named a file the terminal could not
+    open from there, and validate's own fix (`envbuild validate profiles/x.yaml`) failed as typed."""
+    monkeypatch.delenv("ENVBUILD_PROJECT", raising=False)
+    (project / ".git").mkdir()
+    (project / "src" / "pkg").mkdir(parents=True)
+    bad = project / "profiles" / "cpu-py311-bad.yaml"
+    bad.write_text('name: cpu-py311-bad\nextends: cpu-py311\npython: "3.9"\n')
+    for folder, shown in (
+        (project / "src" / "pkg", "../../profiles/cpu-py311-bad.yaml"),
+        (project, "profiles/cpu-py311-bad.yaml"),
+        (tmp_path, "profiles/cpu-py311-bad.yaml"),  # outside, with --project: as the project names it
+    ):
+        monkeypatch.chdir(folder)
+        res = cli("validate", "cpu-py311-bad", "--project", str(project))
+        assert res.code == 2, res.err
+        assert f"error {shown}:3: python" in res.out, (folder, res.out)
+        if folder != tmp_path:
+            assert cli("validate", shown, "--project", str(project)).code == 2  # the path opens from there
+    monkeypatch.chdir(project / "src" / "pkg")
+    assert "error ../../profiles/cpu-py311-bad.yaml:3: python" in cli("validate", "--all").out
+
+
 def test_a_current_folder_deleted_under_the_shell_is_a_usage_error(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -771,6 +796,8 @@ def test_a_current_folder_deleted_under_the_shell_is_a_usage_error(
         res = cli(*args)
         assert res.code == 2, (args, res.err)
         assert "the current folder no longer exists" in res.err and "--project DIR" in res.err
+    res = cli("list", "--project", str(tmp_path))  # the fix it gives: an absolute --project works
+    assert res.code == 0 and "no longer exists" not in res.err, res.err
 
 
 @pytest.mark.parametrize(

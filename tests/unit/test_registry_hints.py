@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from envbuild.publish import registry_hint
+from envbuild.errors import PublishError
+from envbuild.names import quiet
+from envbuild.publish import _with_retries, registry_hint
 
 
 @pytest.mark.parametrize(
@@ -49,3 +51,47 @@ from envbuild.publish import registry_hint
 )
 def test_registry_hint(ref: str, answer: str, hint: str) -> None:
     assert hint in registry_hint(ref, answer)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said", "hint"),
+    [
+        (  # a listener that takes the connection and never answers (a hung registry, a wrong service)
+            'Get "http://127.0.0.1:5999/v2/": context deadline exceeded (Client.Timeout exceeded while awaiting '
+            "headers)",
+            "127.0.0.1:5999 took the connection but did not answer in time: ",
+            "something at 127.0.0.1:5999 takes connections but sends no answer",
+        ),
+        (
+            'Get "http://127.0.0.1:5999/v2/": dial tcp 127.0.0.1:5999: connect: connection refused',
+            "nothing answered at 127.0.0.1:5999: ",
+            "check that the registry at 127.0.0.1:5999 is up",
+        ),
+        (  # a firewall that drops the connection: nothing took it
+            'Get "https://10.9.9.9:5000/v2/": dial tcp 10.9.9.9:5000: i/o timeout',
+            "nothing answered at 127.0.0.1:5999: ",
+            "check that the registry at 127.0.0.1:5999 is up",
+        ),
+        (
+            "unauthorized: authentication required",
+            "the registry answered: unauthorized",
+            "docker login",
+        ),
+    ],
+)
+def test_a_failed_transfer_says_whether_the_registry_answered(
+    answer: str, said: str, hint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry that took the connection and hung was reported as "the registry answered: context
+    deadline exceeded", with the fix for one that is down."""
+    import docker
+
+    monkeypatch.setenv("ENVBUILD_RETRY_BACKOFF", "0")
+
+    def fails() -> str:
+        raise docker.errors.APIError(answer)
+
+    with pytest.raises(PublishError) as caught:
+        _with_retries("push", "127.0.0.1:5999/envs:cpu-py311", fails, quiet)
+    assert f"push 127.0.0.1:5999/envs:cpu-py311 failed; {said}" in caught.value.message
+    assert hint in (caught.value.hint or "")
