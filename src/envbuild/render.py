@@ -7,6 +7,7 @@ interpolate a raw profile string.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import re
@@ -208,9 +209,8 @@ def make_environment(templates_dir: Path | None) -> Any:
 
 def render_one(plan: Plan, template_name: str, *, overrides: dict[str, Any] | None = None) -> str:
     """One template with context values replaced (the lock stage renders its input per step)."""
-    env = make_environment(plan.templates_dir)
     ctx = {**context(plan), **(overrides or {})}
-    return str(env.get_template(template_name).render(ctx))
+    return _rendered(make_environment(plan.templates_dir), template_name, ctx)
 
 
 def render(
@@ -226,33 +226,50 @@ def render(
 ) -> dict[str, str]:
     """Render every output of a plan: {file name: text}. Same inputs, same bytes. `stages`: also
     the Dockerfile of each of these stages alone (with the ones it starts from), as "Dockerfile@STAGE"."""
-    jinja2 = _env()
     env = make_environment(plan.templates_dir)
     digests = {"layer_digests": layer_digests, "stage_digests": stage_digests}
     ctx = context(plan, labels=labels, apt=apt, layers=layers, extra=extra, **digests)
     out: dict[str, str] = {}
     for template_name in TEMPLATE_NAMES[plan.profile.flavor]:
-        try:
-            text = env.get_template(template_name).render(ctx)
-        except jinja2.TemplateNotFound as exc:
-            raise RenderError(
-                f"template {exc.name} not found",
-                hint="restore it in templates/ or remove the override",
-            ) from exc
-        except jinja2.TemplateSyntaxError as exc:
-            raise RenderError(f"{exc.filename or template_name}:{exc.lineno}: {exc.message}") from exc
-        except jinja2.UndefinedError as exc:
-            raise RenderError(
-                f"{template_name}: {exc.message}",
-                hint="the template uses a variable envbuild does not provide",
-            ) from exc
-        out[OUTPUT_NAMES[template_name]] = text
+        out[OUTPUT_NAMES[template_name]] = _rendered(env, template_name, ctx)
         if OUTPUT_NAMES[template_name] == "Dockerfile":
             # the stages a side build runs on its own, from the same lines (buildahead.py)
-            template = env.get_template(template_name)
             for stage in stages:
-                out[f"Dockerfile@{stage}"] = template.render({**ctx, "stage_only": stage})
+                out[f"Dockerfile@{stage}"] = _rendered(env, template_name, {**ctx, "stage_only": stage})
     return out
+
+
+def _rendered(env: Any, template_name: str, ctx: dict[str, Any]) -> str:
+    """One template rendered, a project's override's mistakes said as the file, line and fix."""
+    jinja2 = _env()
+    try:
+        return str(env.get_template(template_name).render(ctx))
+    except jinja2.TemplateNotFound as exc:
+        raise RenderError(
+            f"template {exc.name} not found",
+            hint="restore it in templates/ or remove the override",
+        ) from exc
+    except jinja2.TemplateSyntaxError as exc:
+        raise RenderError(f"{exc.filename or template_name}:{exc.lineno}: {exc.message}") from exc
+    except jinja2.UndefinedError as exc:
+        raise _undefined(exc, template_name, ctx) from exc
+
+
+def _undefined(exc: Any, template_name: str, ctx: dict[str, Any]) -> RenderError:
+    """A template's use of a name envbuild does not provide, at the template's file and line (the
+    innermost template frame: an imported macro's own file), with the nearest names it does."""
+    where, tb = template_name, exc.__traceback__
+    while tb is not None:  # Jinja writes each template frame as the template's own file and line
+        if tb.tb_frame.f_code.co_filename.endswith(".j2"):
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    named = re.match(r"'(\w+)' is undefined", exc.message or "")
+    near = difflib.get_close_matches(named.group(1), sorted(ctx), n=3) if named else []
+    return RenderError(
+        f"{where}: {exc.message}",
+        hint="the template uses a variable envbuild does not provide"
+        + (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""),
+    )
 
 
 def write_outputs(outputs: dict[str, str], directory: Path) -> list[Path]:

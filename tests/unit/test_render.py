@@ -95,10 +95,32 @@ def test_user_templates_override(tmp_path: Path) -> None:
 
 
 def test_missing_variable_in_user_template_is_a_clear_error(tmp_path: Path) -> None:
-    (tmp_path / "requirements.in.j2").write_text("{{ no_such_thing }}\n")
+    """A misspelt name in an override said "requirements.in.j2: 'requirement' is undefined": not
+    which file (the override or the shipped one) nor which line, nor the name meant."""
+    (tmp_path / "requirements.in.j2").write_text("# custom\n{% for r in requirement %}{{ r }}\n{% endfor %}")
     prof = validate.load_valid(REPO / "profiles" / "cpu-py311.yaml")
-    with pytest.raises(RenderError, match="no_such_thing"):
+    with pytest.raises(RenderError) as caught:
         render.render(plan_mod.for_profile(prof, templates_dir=tmp_path))
+    assert caught.value.message == f"{tmp_path / 'requirements.in.j2'}:2: 'requirement' is undefined"
+    assert "did you mean 'requirements'?" in (caught.value.hint or "")
+
+
+def test_a_mistake_in_an_override_of_the_lock_input_is_a_render_error_not_a_crash(tmp_path: Path) -> None:
+    """`lock` renders lock-input.toml.j2 alone (render_one): a misspelt name in a project's override
+    of it was "internal error: UndefinedError", exit 70; a syntax error the same."""
+    prof = validate.load_valid(REPO / "profiles" / "cpu-py311.yaml")
+    for case, (text, said) in enumerate(
+        (
+            ('[project]\nname = "{{ nme }}"\n', ":2: 'nme' is undefined"),
+            ('[project]\nname = "{{ name }"\n', ":2: unexpected '}'"),
+        )
+    ):
+        (tmp_path / str(case)).mkdir()  # a folder each: Jinja keeps a template until its mtime moves
+        override = tmp_path / str(case) / "lock-input.toml.j2"
+        override.write_text(text)
+        with pytest.raises(RenderError) as caught:
+            render.render_one(plan_mod.for_profile(prof, templates_dir=override.parent), "lock-input.toml.j2")
+        assert caught.value.message == f"{override}{said}"
 
 
 def test_torch_routing() -> None:
