@@ -73,7 +73,9 @@ def test_two_cold_builds_of_one_lockfile_give_the_same_environment(
 def test_a_file_changed_inside_the_image_fails_the_integrity_check_naming_its_distribution(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:
-    """It passed the smoke test before: a derived image that appends a line to a numpy source file."""
+    """It passed the smoke test before: a derived image that appends a line to a numpy source file.
+    And (by hand, 2026-12-07) the same with the manifest and its digest removed: integrity said "no
+    build manifest here" and skipped, and the smoke test passed."""
     image = derived(
         docker_client,
         built_cpu["image_id"],
@@ -81,13 +83,21 @@ def test_a_file_changed_inside_the_image_fails_the_integrity_check_naming_its_di
         "RUN echo '# changed' >> /opt/venv/lib/python3.11/site-packages/numpy/__init__.py",
         "USER 1000:1000",
     )
+    unvouched = derived(
+        docker_client, image.id, "USER root", "RUN rm -rf /opt/envbuild/manifest* /opt/envbuild/env-digest"
+    )
     try:
         report = host.run_in_image(docker_client, image.id, gpus="none", accelerator="cpu")
+        without = host.run_in_image(docker_client, unvouched.id, gpus="none", accelerator="cpu")
     finally:
-        docker_client.images.remove(image.id, force=True)
+        docker_client.images.remove(unvouched.id, force=True)  # its untagged parent goes with it
     assert not report["passed"] and "integrity" in report["failed"]
     reason = _check(report, "integrity")["reason"]
     assert "numpy: 1 file(s) changed (lib/python3.11/site-packages/numpy/__init__.py)" in reason
+    assert not without["passed"] and without["failed"] == ["labels"], without["failed"]
+    assert _check(without, "integrity")["status"] == "skip"
+    said = _check(without, "labels")["reason"]
+    assert "io.envbuild.env-digest says the build wrote a manifest of the environment, but the image has none" in said
     assert _check(built_cpu["smoke"], "integrity")["status"] == "pass"
 
 

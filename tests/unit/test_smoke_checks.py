@@ -543,6 +543,17 @@ def test_a_manifest_edited_with_the_files_it_lists_fails_the_integrity_check(tmp
         integrity.check_integrity(_ctx(expect_path=str(folder / "expect.json")), Result("integrity"))
 
 
+def test_a_manifest_whose_env_digest_was_removed_fails_naming_it(tmp_path: Path) -> None:
+    """`rm /opt/envbuild/env-digest` in a derived image: integrity failed with a bare
+    FileNotFoundError and "fix: see facts.traceback"."""
+    from envbuild.smoke.inside import integrity
+
+    _, folder = _image_like(tmp_path)
+    (folder / "env-digest").unlink()
+    with pytest.raises(CheckFailed, match=r"env-digest is gone: the build writes it beside the manifest"):
+        integrity.check_integrity(_ctx(expect_path=str(folder / "expect.json")), Result("integrity"))
+
+
 def _record_line(path: Path, rel: str) -> str:
     import base64
     import hashlib
@@ -629,6 +640,31 @@ def test_the_labels_check_fails_an_image_whose_labels_say_something_else(
     else:
         assert entry["status"] == "fail" and wrong in entry["reason"] and entry["remedy"]
         assert not report["passed"] and report["failed"] == ["labels"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "fails"),
+    [
+        ({"io.envbuild.env-digest": "e" * 64}, True),
+        ({"io.envbuild.env-digest": ""}, True),  # blanked by `LABEL io.envbuild.env-digest=""`
+        ({"io.envbuild.torch": "2.13.0"}, False),  # the build's own smoke run (the label comes after), or
+        # an image from templates that wrote no manifest: nothing says there was one
+    ],
+)
+def test_an_image_whose_manifest_was_removed_fails_where_its_label_says_the_build_wrote_one(
+    labels: dict[str, str], fails: bool
+) -> None:
+    """`FROM image` + `USER root` + `RUN rm -rf /opt/envbuild/manifest*`: integrity said "skip: no
+    build manifest here" and the smoke test passed, so any file could then be changed unseen."""
+    from envbuild.smoke import labels as labels_check
+
+    report = _labels_report()
+    report["checks"] = [{"name": "integrity", "status": "skip", "reason": "no build manifest here"}]
+    labels_check.add(labels, report)
+    entry = report["checks"][-1]
+    assert (entry["status"] == "fail") is fails and report["passed"] is not fails
+    if fails:
+        assert "says the build wrote a manifest of the environment, but the image has none" in entry["reason"]
 
 
 def test_a_derived_image_s_added_distribution_fails_exact_with_the_pins_hint_and_passes_pins(

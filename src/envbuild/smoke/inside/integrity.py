@@ -319,6 +319,12 @@ def check_integrity(ctx: Context, r: Result) -> None:
         raise Skip("no build manifest here (only images envbuild built carry one)")
     with open(manifest_path, encoding="utf-8") as fh:
         manifest: dict[str, Any] = json.load(fh)
+    if not os.path.isfile(digest_path):
+        raise CheckFailed(
+            f"{digest_path} is gone: the build writes it beside the manifest, so a manifest without it "
+            "cannot be told from one edited after the build",
+            ctx.environment_remedy(),
+        )
     with open(digest_path, encoding="utf-8") as fh:
         r.facts["env_digest"] = fh.read().strip()
     if digest(manifest) != r.facts["env_digest"]:
