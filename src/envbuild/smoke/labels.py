@@ -62,7 +62,7 @@ def check(labels: Mapping[str, str], report: dict[str, Any]) -> dict[str, Any]:
             if labels[label] != str(expect[key]):
                 wrong.append(f"{label}={labels[label]!r} but the image holds {key} {expect[key]}")
     digest = _found(report, "integrity", "env_digest")
-    integrity = next((c for c in report.get("checks") or [] if c.get("name") == "integrity"), {})
+    integrity: dict[str, Any] = next((c for c in report.get("checks") or [] if c.get("name") == "integrity"), {})
     if LABEL_ENV_DIGEST in labels and integrity.get("status") == "skip":
         # the build adds the label from the manifest's digest: an image that carries it (even
         # blanked) and has no manifest had it removed, and with it the check of every file
