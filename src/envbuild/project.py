@@ -16,7 +16,6 @@ from envbuild._compat import tomllib
 from envbuild.errors import UsageError
 from envbuild.names import CONFLICT_FIX, CONFLICT_SAID, NAME_RE, NOT_UTF8_FIX, conflict_line, not_utf8
 from envbuild.proc import run_ok
-from envbuild.refs import without_credentials
 
 CONFIG_NAME = "envbuild.toml"
 
@@ -172,7 +171,7 @@ def source_label(project: Project) -> str:
     Without credentials: CI clones over URLs with a job token in them (GitLab's
     https://gitlab-ci-token:TOKEN@host/...), and a label travels with every pushed image."""
     remote = (run_ok(["git", "config", "--get", "remote.origin.url"], cwd=project.root, timeout=10) or "").strip()
-    return without_credentials(remote) if remote else f"file://{project.root}"
+    return source_url(remote) if remote else f"file://{project.root}"
 
 
 @dataclass(frozen=True)
@@ -202,21 +201,34 @@ def provenance(project: Project, lock_path: Path) -> Provenance:
 
 def same_source(a: str, b: str) -> bool:
     """Whether two source labels name one repository: CI often clones over https while a developer's
-    remote is ssh (git@host:org/repo.git); both, with or without .git or credentials, are one project."""
+    remote is ssh (git@host:org/repo.git); both, with or without .git or credentials, are one project,
+    as are labels written before `source_url` gave them one form."""
     return bool(a) and _canonical_source(a) == _canonical_source(b)
 
 
 def _canonical_source(url: str) -> str:
-    text = url.strip().rstrip("/").removesuffix("/.git").removesuffix(".git")
-    if text.startswith(("file://", "/")):
-        # a clone of a folder has the folder's path as its remote, and that folder, with no remote
-        # of its own, is labelled file://PATH: one repository
-        return "file://" + os.path.normpath(text.removeprefix("file://"))
-    text = text.split("://", 1)[-1]  # https://, ssh://, git://
-    text = text.rsplit("@", 1)[-1]  # user@ or user:token@
-    if ":" in text.split("/", 1)[0] and not text.split("/", 1)[0].rsplit(":", 1)[-1].isdigit():
-        text = text.replace(":", "/", 1)  # scp-like git@host:org/repo
-    return text.lower()
+    # http and https of one host, a bare repository and its name without .git: one repository
+    return source_url(url).split("://", 1)[-1].removesuffix(".git").lower()
+
+
+def source_url(remote: str) -> str:
+    """A git remote as its repository's web address, the form of the image's source label: one for
+    an ssh and an https clone (two labels made two image IDs of one build; and a registry such as
+    GitHub's links an image to its repository only from https://HOST/OWNER/REPO), without
+    credentials (a CI job's token), `.git` or ssh's port. A local path is a file:// URL."""
+    text = remote.strip().rstrip("/").removesuffix("/.git")  # a clone of a working tree: that tree
+    scheme, found, rest = text.partition("://")
+    if not found:
+        if ":" not in text.split("/", 1)[0]:  # git's rule: a colon before the first slash is scp-like
+            return "file://" + os.path.normpath(text)
+        scheme, rest = "ssh", text.replace(":", "/", 1)  # [user@]host:org/repo
+    if scheme == "file":
+        return "file://" + os.path.normpath(rest)  # a bare repository's folder keeps its .git
+    netloc, _, path = rest.removesuffix(".git").partition("/")
+    host = netloc.rsplit("@", 1)[-1]  # user@ or user:token@
+    if scheme not in ("http", "https"):  # ssh://, git://: the web address of the same repository
+        scheme, host = "https", host.split(":", 1)[0]
+    return f"{scheme}://{host}/{path}"
 
 
 def repository_part(text: str) -> str:

@@ -44,11 +44,6 @@ def redact(text: str) -> str:
     return _CREDENTIALS.sub("***@", text)
 
 
-def without_credentials(url: str) -> str:
-    """A URL with its user:password@ part dropped, for a value that must stay a plain URL (a label)."""
-    return _CREDENTIALS.sub("", url)
-
-
 def check(where: str, value: str | None, kind: str) -> None:
     """UsageError naming `where` (an option or a setting) when `value` is not a `kind` reference."""
     pattern, what, example = _KINDS[kind]

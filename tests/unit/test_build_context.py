@@ -119,14 +119,16 @@ def test_a_remote_with_a_ci_token_in_it_is_labelled_without_the_token(
     res = cli("build", "cu121-py311", "--context-only", "--json")
     assert res.code == 0, res.err
     report = json.loads(res.out)
-    assert report["labels"]["org.opencontainers.image.source"] == "https://gitlab.example.com/ml/envs.git"
+    assert (
+        report["labels"]["org.opencontainers.image.source"] == "https://gitlab.example.com/ml/envs"
+    )  # its web address
     dockerfile = (Path(report["context"]) / "Dockerfile").read_text()
     assert "s3cr3t" not in dockerfile
     # Both stages carry it: the image and the builder stage the engine keeps as cache.
     # on the image and on each builder-side stage's cache image (one per layer)
     stages = dockerfile.count('io.envbuild.layer="')
     assert stages >= 2
-    assert dockerfile.count('org.opencontainers.image.source="https://gitlab.example.com/ml/envs.git"') == stages + 1
+    assert dockerfile.count('org.opencontainers.image.source="https://gitlab.example.com/ml/envs"') == stages + 1
 
 
 def test_the_revision_and_created_labels_are_the_last_commit_of_what_the_image_is_made_from(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,29 @@ def test_dry_run_without_prune_is_a_usage_error(cli: Callable[..., Result]) -> N
 def test_one_repository_cloned_over_https_or_ssh_is_one_project(a: str, b: str, same: bool) -> None:
     # CI builds from an https clone, a developer pulls into an ssh clone: `images` and `status` must agree.
     assert project.same_source(a, b) is same
+
+
+@pytest.mark.parametrize(
+    ("remote", "label"),
+    [
+        ("git@github.com:Acme/envs.git", "https://github.com/Acme/envs"),
+        ("https://github.com/Acme/envs", "https://github.com/Acme/envs"),
+        ("ssh://git@github.com:2222/Acme/envs.git/", "https://github.com/Acme/envs"),
+        ("https://gitlab-ci-token:s3cret@gitlab.example/acme/envs.git", "https://gitlab.example/acme/envs"),
+        ("http://gitea.local:3000/acme/envs.git", "http://gitea.local:3000/acme/envs"),
+        ("/srv/git/envs.git", "file:///srv/git/envs.git"),  # a bare repository's folder is its name
+        ("/home/a/proj/.git", "file:///home/a/proj"),
+    ],
+)
+def test_the_source_label_is_the_repository_s_web_address_whatever_the_clone_s_remote(
+    remote: str, label: str, tmp_path: Path
+) -> None:
+    """An ssh and an https clone of one repository labelled their images `git@github.com:Acme/envs.git`
+    and `https://github.com/Acme/envs`: two image IDs for one build, and GitHub's registry links an
+    image to its repository only from the https form. A CI job's token never reaches the label."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin", remote], check=True)
+    assert project.source_label(project.open_project(str(tmp_path))) == label
 
 
 def test_two_folders_of_one_name_are_told_a_repository_that_keeps_them_apart(tmp_path: Path) -> None:
