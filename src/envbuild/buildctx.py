@@ -33,6 +33,7 @@ from envbuild.names import (
     LABEL_CUDA,
     LABEL_FLAVOR,
     LABEL_IMAGE_DIGEST,
+    LABEL_IMAGE_INPUTS,
     LABEL_LOCK_SHA,
     LABEL_NUMPY,
     LABEL_PROFILE,
@@ -45,6 +46,7 @@ from envbuild.names import (
     Events,
     content_digest,
     lock_names,
+    part_digests,
     quiet,
 )
 from envbuild.plan import Plan, PlanOptions
@@ -295,6 +297,7 @@ def labels_for(project: Project, plan: Plan, lock_sha: str, made: Provenance, ap
         LABEL_VERSION: __version__,
         LABEL_PROFILE: prof.name,
         LABEL_IMAGE_DIGEST: plan.image_digest,
+        LABEL_IMAGE_INPUTS: part_digests(plan.image_inputs),
         LABEL_LOCK_SHA: lock_sha,
         LABEL_CONTENT_DIGEST: content,
         LABEL_FLAVOR: prof.flavor,

@@ -45,6 +45,7 @@ LABEL_NS = "io.envbuild"
 LABEL_VERSION = f"{LABEL_NS}.version"
 LABEL_PROFILE = f"{LABEL_NS}.profile"
 LABEL_IMAGE_DIGEST = f"{LABEL_NS}.image-digest"
+LABEL_IMAGE_INPUTS = f"{LABEL_NS}.image-inputs"  # the image digest's parts: see part_digests
 LABEL_LOCK_SHA = f"{LABEL_NS}.lock-sha256"
 # A layer stage's cache image: the sha256 of the lockfile's part it installs (requirements.G.lock).
 # Not the lockfile's: a re-lock that leaves a layer alone must leave its stage's image ID alone, or
@@ -102,6 +103,13 @@ def moving_tag(repo: str, profile: str) -> str:
 def json_sha256(payload: object) -> str:
     """sha256 of `payload` as canonical JSON (sorted keys, no spaces): one digest for equal data."""
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def part_digests(inputs: dict[str, object]) -> str:
+    """The image-inputs label: each part of what the image digest covers (plan.Plan.image_inputs) as
+    the first 12 hex digits of its own digest, so `images` and `status` can say which part a stale
+    image differs in (the smoke test of another envbuild, the templates, the profile's fields)."""
+    return json.dumps({k: json_sha256(v)[:12] for k, v in sorted(inputs.items())}, separators=(",", ":"))
 
 
 def content_digest(lock_sha: str, image_digest: str, apt_sha: str = "") -> str:

@@ -248,10 +248,9 @@ class Plan:
 
     @property
     def input_digest(self) -> str:
-        """sha256 of what decides the resolution, and nothing else: the flavor, Python, torch build,
-        platforms, the requirement list (with `auto` companions resolved) and, for conda, the channels
-        and specs. Not mirrors or wheelhouses, which only say where the same artifacts are fetched
-        from. A lockfile whose recorded input digest differs from this one is stale."""
+        """sha256 of what decides the resolution, and nothing else: flavor, Python, torch build, platforms,
+        the requirements (`auto` companions resolved), for conda the channels and specs. Not mirrors or
+        wheelhouses (where the same artifacts come from). A lockfile that records another one is stale."""
         prof = self.profile
         payload: dict[str, object] = {
             "format": LOCK_FORMAT,
@@ -304,13 +303,15 @@ class Plan:
 
     @property
     def image_digest(self) -> str:
-        """sha256 of everything that reaches the image but the lockfile (which the lock-sha256 label
-        covers): the profile's fields except those in _NOT_IN_IMAGE (its `base:` and `devel:`
-        included), the templates' sources and the smoke package envbuild puts in every image. An
-        image whose io.envbuild.image-digest label differs would be built differently today. Not a
-        `--base` option: a one-off the project does not record, which `status` could not compare with."""
+        """sha256 of image_inputs: an image whose io.envbuild.image-digest differs would be built otherwise today."""
+        return json_sha256(self.image_inputs)
+
+    @property
+    def image_inputs(self) -> dict[str, object]:
+        """All that reaches the image but the lockfile (lock-sha256 covers it), by part: the profile's fields
+        but _NOT_IN_IMAGE, the templates', checks', smoke package's sources (not --base: a one-off)."""
         fields = {k: v for k, v in self.profile.model_dump(mode="json").items() if k not in _NOT_IN_IMAGE}
-        payload = {
+        return {
             "profile": fields,
             # a project-wide base reaches every image it builds (a --base option is a one-off: not here)
             "configured_base": self.base.image if self.base.origin == "envbuild.toml" else None,
@@ -318,7 +319,6 @@ class Plan:
             "checks": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(self.checks.items())},
             "smoke": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in smoke_sources().items()},
         }
-        return json_sha256(payload)
 
 
 def make(project: Project, profile: Profile, options: PlanOptions | None = None, *, strict: bool = True) -> Plan:

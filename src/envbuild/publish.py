@@ -20,10 +20,12 @@ from envbuild.names import (
     LABEL_APT_LOCK_SHA,
     LABEL_CONTENT_DIGEST,
     LABEL_IMAGE_DIGEST,
+    LABEL_IMAGE_INPUTS,
     LABEL_LOCK_SHA,
     Events,
     immutable_tag,
     moving_tag,
+    part_digests,
     quiet,
 )
 from envbuild.profile import Profile
@@ -315,6 +317,7 @@ def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
         ("lockfile sha256", LABEL_LOCK_SHA, local_lock),
         ("apt.lock sha256", LABEL_APT_LOCK_SHA, local_apt),
         ("image inputs digest", LABEL_IMAGE_DIGEST, plan.image_digest),
+        ("image inputs", LABEL_IMAGE_INPUTS, part_digests(plan.image_inputs)),
     ]
 
 
@@ -337,13 +340,40 @@ def package_differences(cli: Any, image_id: str, project: Project, prof: Profile
 
 
 def mismatches(facts: list[tuple[str, str, str]], labels: dict[str, str]) -> list[str]:
-    """Differences between an image's labels and `local_facts`, naming both values."""
+    """Differences between an image's labels and `local_facts`, naming both values; for the image
+    inputs digest, which of its parts differ, where the image says (its image-inputs label)."""
     out = []
+    local = {label: value for _, label, value in facts}
     for what, label, local_value in facts:
         image_value = labels.get(label, "(none)")
-        if image_value != local_value:
-            out.append(f"{what}: image has {image_value}, local has {local_value}")
+        if image_value != local_value and label != LABEL_IMAGE_INPUTS:  # said with the digest's line
+            parts = _parts_apart(labels.get(LABEL_IMAGE_INPUTS), local.get(LABEL_IMAGE_INPUTS))
+            said = f" (it differs in {parts})" if label == LABEL_IMAGE_DIGEST and parts else ""
+            out.append(f"{what}: image has {image_value}, local has {local_value}{said}")
     return out
+
+
+_PARTS = {
+    "smoke": "envbuild's smoke test: another envbuild built the image",
+    "templates": "the templates",
+    "profile": "the profile's fields",
+    "checks": "the profile's check scripts",
+    "configured_base": "envbuild.toml's base",
+}
+
+
+def _parts_apart(image: str | None, local: str | None) -> str:
+    """The parts of the image's inputs (part_digests) that differ from today's, in words; "" where
+    the image does not say (built before the label) or says something unreadable."""
+    import json
+
+    try:
+        theirs, ours = json.loads(image or ""), json.loads(local or "")
+    except ValueError:
+        return ""
+    if not isinstance(theirs, dict) or not isinstance(ours, dict):
+        return ""
+    return ", ".join(_PARTS.get(k, k) for k in sorted(ours.keys() | theirs.keys()) if theirs.get(k) != ours.get(k))
 
 
 def compare(project: Project, prof: Profile, labels: dict[str, str]) -> list[str]:

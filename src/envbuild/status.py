@@ -30,7 +30,7 @@ class ProfileStatus:
     # a GPU profile's tested image: did its smoke test run the GPU checks (pass), or was it built
     # on a host without GPUs (skip)? "-" for CPU profiles and images not tested
     gpu_checks: str = "-"
-    image_problem: str = ""  # why the image column is "foreign"
+    image_problem: str = ""  # why the image column is "foreign" or "stale"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -106,6 +106,9 @@ def status(project: Project, names: list[str] | None = None) -> tuple[list[Profi
         taken, problem = ("", "") if rows is None else foreign_problem(cli, rows, project, target)
         if taken:
             image, ref, gpu = "foreign", taken, "-"
+        elif image == "stale":  # which input moved: `status` said stale and nothing more
+            why = next((r.why for r in rows or [] if ref in r.tags), "")
+            problem = f"{ref} is stale: {why}" if why else ""
         if state != "fresh":
             step = f"envbuild lock {name}"
         elif image == "unknown":

@@ -144,6 +144,9 @@ def test_prune_removes_stale_and_leftover_images_and_keeps_what_is_current_tagge
         "cpu-py311": ("tested", f"{repo}:cpu-py311", ""),
         "cu121-py311": ("stale", f"{repo}:cu121-py311", "envbuild build cu121-py311"),
     }
+    problems = {p["profile"]: p["image_problem"] for p in json.loads(st.stdout)["profiles"]}
+    assert problems["cpu-py311"] == ""  # and a stale one says why (it said "stale" and nothing more)
+    assert problems["cu121-py311"].startswith(f"{repo}:cu121-py311 is stale: lockfile sha256: image has {old}")
 
     dry = envbuild("images", "--prune", "--dry-run", cwd=proj)
     assert dry.returncode == 0, dry.stderr

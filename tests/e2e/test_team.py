@@ -104,6 +104,7 @@ def test_run_says_when_the_image_is_not_a_build_of_todays_profile(
         assert res.stdout.strip() == "None"  # the old image, as asked: it runs, and says so
         assert f"{repo_name}:cpu-py311 was not built from today's profile and lockfiles" in res.stderr
         assert "image inputs digest" in res.stderr and "envbuild build cpu-py311" in res.stderr
+        assert "(it differs in the profile's fields)" in res.stderr
         smoke = ["smoke", "cpu-py311", "--only", "versions", "--project", str(e2e_project), "--tag", repo_name]
         res = envbuild(*smoke, cwd=tmp_path, timeout=300)
         assert res.returncode == 0, res.stderr  # it tests the image it was given: the old one, and says so

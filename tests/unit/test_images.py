@@ -422,3 +422,25 @@ def test_a_smoke_report_stands_for_an_unchanged_rebuild_only_on_the_very_image_a
     assert smokerecord.passed_before(cli, built, saved, "cpu") is None
     saved.unlink()
     assert smokerecord.passed_before(cli, built, saved, "cpu") is None
+
+
+def test_a_stale_image_says_which_of_its_inputs_differ(engineless_project: Path) -> None:
+    """An image stale for its inputs said only "image inputs digest: image has 6c35..., local has
+    94e8...": not whether the profile, a template override or a newer envbuild's smoke test moved."""
+    from envbuild import plan as plan_mod
+    from envbuild import publish, validate
+    from envbuild.names import LABEL_IMAGE_DIGEST, LABEL_IMAGE_INPUTS, part_digests
+
+    proj = project.open_project(str(engineless_project))
+    prof = validate.load_named(proj, "cpu-py311")
+    built = plan_mod.make(proj, prof, strict=False)
+    labels = {LABEL_IMAGE_DIGEST: built.image_digest, LABEL_IMAGE_INPUTS: part_digests(built.image_inputs)}
+    assert not [m for m in publish.compare(proj, prof, labels) if "image inputs" in m]
+    (engineless_project / "templates").mkdir()
+    shipped = plan_mod.default_templates_dir() / "Dockerfile.venv.j2"
+    (engineless_project / "templates" / "Dockerfile.venv.j2").write_text(shipped.read_text() + "# ours\n")
+    said = [m for m in publish.compare(proj, prof, labels) if "image inputs" in m]
+    assert len(said) == 1 and said[0].endswith("(it differs in the templates)"), said
+    # an image from before the label: the digests, as before, and no line for the missing label
+    said = [m for m in publish.compare(proj, prof, {LABEL_IMAGE_DIGEST: built.image_digest}) if "image inputs" in m]
+    assert len(said) == 1 and said[0].startswith("image inputs digest: image has ") and "differs in" not in said[0]
