@@ -346,10 +346,13 @@ def mismatches(facts: list[tuple[str, str, str]], labels: dict[str, str]) -> lis
     local = {label: value for _, label, value in facts}
     for what, label, local_value in facts:
         image_value = labels.get(label, "(none)")
-        if image_value != local_value and label != LABEL_IMAGE_INPUTS:  # said with the digest's line
+        if image_value == local_value or label == LABEL_IMAGE_INPUTS:  # the parts: said on the digest's line
+            continue
+        line = f"{what}: image has {image_value}, local has {local_value}"
+        if label == LABEL_IMAGE_DIGEST:
             parts = _parts_apart(labels.get(LABEL_IMAGE_INPUTS), local.get(LABEL_IMAGE_INPUTS))
-            said = f" (it differs in {parts})" if label == LABEL_IMAGE_DIGEST and parts else ""
-            out.append(f"{what}: image has {image_value}, local has {local_value}{said}")
+            line += f" (it differs in {parts})" if parts else ""
+        out.append(line)
     return out
 
 

@@ -41,14 +41,6 @@ _EXPECTED = {
 }
 
 
-def _found(report: Mapping[str, Any], check: str, fact: str) -> str | None:
-    for c in report.get("checks") or []:
-        if c.get("name") == check and c.get("status") == "pass":
-            value = (c.get("facts") or {}).get(fact)
-            return str(value) if value else None
-    return None
-
-
 def check(labels: Mapping[str, str], report: dict[str, Any]) -> dict[str, Any]:
     """The check's entry for the report: each envbuild label that the image carries against what the
     smoke test found. Labels it does not carry are not compared (envbuild adds the env digest only
@@ -61,8 +53,9 @@ def check(labels: Mapping[str, str], report: dict[str, Any]) -> dict[str, Any]:
             compared.append(label)
             if labels[label] != str(expect[key]):
                 wrong.append(f"{label}={labels[label]!r} but the image holds {key} {expect[key]}")
-    digest = _found(report, "integrity", "env_digest")
     integrity: dict[str, Any] = next((c for c in report.get("checks") or [] if c.get("name") == "integrity"), {})
+    passed = integrity.get("status") == "pass"
+    digest = str((integrity.get("facts") or {}).get("env_digest") or "") if passed else ""
     if LABEL_ENV_DIGEST in labels and integrity.get("status") == "skip":
         # the build adds the label from the manifest's digest: an image that carries it (even
         # blanked) and has no manifest had it removed, and with it the check of every file
