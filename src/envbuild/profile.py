@@ -73,6 +73,12 @@ def _fail(problem: str, fix: str) -> PydanticCustomError:
     return PydanticCustomError(PROBLEM, "{problem}", {"problem": problem, "fix": fix})
 
 
+def _path_chars(value: str) -> str:
+    """The characters of a path that a check's path may not hold, as a person reads them."""
+    odd = sorted({c for c in value if not re.fullmatch(r"[A-Za-z0-9_./-]", c)})
+    return ", ".join("a space" if c == " " else repr(c) for c in odd)
+
+
 def _single_line(value: str) -> str:
     if len(value) > MAX_TEXT:
         raise _fail(f"longer than {MAX_TEXT} characters", "shorten it")
@@ -90,6 +96,7 @@ class _Pattern:
     example: str
     package: str = ""  # a release field: a bare series ("2.10") gets a fix that names how to find its newest
     python: bool = False  # the python field: a free-threaded version ("3.13t") gets a fix of its own
+    path: bool = False  # a file's path: characters it may not hold are named, with the path renamed
 
     def check(self, value: str) -> str:
         if not self.regex.fullmatch(value):
@@ -99,6 +106,12 @@ class _Pattern:
                 fix += series_newest(self.package, value)
             if self.python and (threaded := free_threaded(value)):
                 raise _fail(*threaded)
+            if self.path and (odd := _path_chars(value)):
+                raise _fail(
+                    f"{value[:80]!r} holds {odd}: a check's path may hold letters, digits and _ . / - only "
+                    "(it is copied into the image and run by name)",
+                    f"rename the file, e.g. {re.sub(r'[^A-Za-z0-9_./-]', '_', value)[:80]}",
+                )
             raise _fail(f"{value[:80]!r} is not {self.what}", fix)
         return value
 
@@ -178,6 +191,7 @@ Url = Annotated[str, _Pattern(URL_RE, "an http(s):// or file:// URL", '"https://
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 CHECK_RE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_./-]{1,200}\.py$")
 MATCH_SPEC_RE = re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$")
+_CHECK_PATH = _Pattern(CHECK_RE, "a Python script in the project", '"checks/train_tiny.py"', path=True)
 PACKAGE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
 PackageName = Annotated[str, _Pattern(PACKAGE_NAME_RE, "a package name", '"torch-scatter"')]
 _REQUIRED: Any = ...
@@ -265,7 +279,7 @@ class Profile(BaseModel):
         "inference-only images, and the smoke test's compile check is then skipped.",
         default=True,
     )
-    checks: list[Annotated[str, _Pattern(CHECK_RE, "a Python script in the project", '"checks/train_tiny.py"')]] = _doc(
+    checks: list[Annotated[str, _CHECK_PATH]] = _doc(
         "The project's own smoke checks: scripts (relative to the project) that run in the image with the "
         "smoke test and pass when they exit 0.",
         default_factory=list,

@@ -271,6 +271,21 @@ def test_a_registry_path_in_upper_case_is_given_back_in_lower_case(write_profile
     assert msg.endswith('write it like "ghcr.io/acme/envs"')
 
 
+def test_a_check_path_with_a_space_names_the_character_and_a_path_that_works(
+    write_profile: Callable[..., Path],
+) -> None:
+    """A script in `checks dir/my check.py` was "not a Python script in the project": it is one; the
+    space is what the image's copy and run by name cannot take."""
+    msg = only_error(write_profile(checks=["checks dir/my check.py"]))
+    assert msg.endswith(
+        "checks[0]: 'checks dir/my check.py' holds a space: a check's path may hold letters, digits and _ . / - only "
+        "(it is copied into the image and run by name); rename the file, e.g. checks_dir/my_check.py"
+    )
+    assert "holds '+', 'é'" in only_error(write_profile(checks=["checks/é+1.py"]))
+    # a path outside the project is not a question of characters: the example, as before
+    assert only_error(write_profile(checks=["../train.py"])).endswith('write it like "checks/train_tiny.py"')
+
+
 def test_torch_in_packages_is_refused(write_profile: Callable[..., Path]) -> None:
     msg = only_error(write_profile(packages=["torch==2.3.1"]))
     assert "set `torch:` instead" in msg
