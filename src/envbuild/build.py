@@ -25,7 +25,7 @@ from envbuild import plan as plan_mod
 from envbuild.buildctx import BuildOptions
 from envbuild.buildfail import BuildLog
 from envbuild.errors import EngineNoAnswer, SmokeFailed, UsageError
-from envbuild.fsutil import atomic_write_many
+from envbuild.fsutil import atomic_write_many, held
 from envbuild.localimage import own_repository_fix, repository, taken_from
 from envbuild.names import (
     LABEL_CONTENT_DIGEST,
@@ -212,18 +212,7 @@ def exclusive(project: Project, name: str, say: Events) -> Iterator[None]:
 
 def building(project: Project, name: str) -> bool:
     """Whether a build of `name` holds its lock right now (in any process)."""
-    from filelock import FileLock, Timeout
-
-    path = _build_lock(project, name)
-    if not path.exists():
-        return False
-    guard = FileLock(str(path))
-    try:
-        guard.acquire(timeout=0)
-    except Timeout:
-        return True
-    guard.release()
-    return False
+    return held(_build_lock(project, name))
 
 
 def _target_platform(plan: Plan, wanted: str | None, runs: str | None) -> str:

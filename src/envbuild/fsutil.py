@@ -131,9 +131,47 @@ def file_error(exc: OSError) -> WriteFailed:
     if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
         return WriteFailed(
             f"cannot read or write {path}: {exc.strerror}",
-            hint=f"{path} (or its folder) is not accessible for this user: fix its permissions or ownership",
+            hint=_others(path)
+            or f"{path} (or its folder) is not accessible for this user: fix its permissions or ownership",
         )
     return _failed(exc, path)
+
+
+def _others(path: Path) -> str | None:
+    """The fix where a path (or the folder it would go in) belongs to another user, the usual
+    cause in a project: one `sudo envbuild build` leaves `.envbuild/` root's, and every later
+    command of the project's own user fails on it. Names the owner and the one command that
+    gives back the whole tree that user made (the highest of its folders below one of ours)."""
+    me = os.geteuid()
+    chain = [p for p in (path, *path.parents) if p.exists() or p.is_symlink()]
+    if not chain or me == 0:
+        return None
+    try:
+        owner = chain[0].lstat().st_uid
+        if owner == me:
+            return None
+        top = chain[0]
+        for folder in chain[1:]:
+            uid = folder.lstat().st_uid
+            if uid == me:
+                break
+            if uid != owner:
+                return None  # nothing of ours above it: not a tree another user made in our folder
+            top = folder
+        else:
+            return None
+    except OSError:
+        return None
+    import pwd
+
+    try:
+        who = pwd.getpwuid(owner).pw_name
+    except KeyError:
+        who = f"uid {owner}"
+    return (
+        f"{top} belongs to {who}, not to this user (a command run as {who}, with sudo?, made it): "
+        f"sudo chown -R {os.geteuid()}:{os.getegid()} {top}"
+    )
 
 
 def check_writable(path: Path) -> None:
@@ -164,8 +202,27 @@ def _write_hint(exc: OSError, path: Path) -> str:
     if exc.errno in {errno.ENOSPC, errno.EDQUOT}:
         return f"free some space on the filesystem that holds {path.parent} (nothing was half-written)"
     if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
-        return f"{path.parent} is not writable for this user: choose another place or fix its permissions"
+        mine = f"{path.parent} is not writable for this user: choose another place or fix its permissions"
+        return _others(path) or mine
     return f"choose a path in a folder that exists and can be written ({path.parent})"
+
+
+def held(path: Path) -> bool:
+    """Whether a process holds the lock (filelock's, an flock) on `path` right now. Asked read-only,
+    so a lock file another user made (root's, after a `sudo envbuild build`) can still be asked."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False  # no lock file (nothing ever took it), or one this user cannot even read
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the lock this probe took
+    return False
 
 
 def sha256_file(path: Path) -> str:

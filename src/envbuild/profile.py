@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,7 +25,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical, json_sha256
-from envbuild.profilefile import Loaded, free_threaded, read_raw, series_newest, unparsable_fix
+from envbuild.profilefile import Loaded, free_threaded, odd_path, read_raw, series_newest, unparsable_fix
 from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE, lower_case_fix
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
@@ -73,12 +74,6 @@ def _fail(problem: str, fix: str) -> PydanticCustomError:
     return PydanticCustomError(PROBLEM, "{problem}", {"problem": problem, "fix": fix})
 
 
-def _path_chars(value: str) -> str:
-    """The characters of a path that a check's path may not hold, as a person reads them."""
-    odd = sorted({c for c in value if not re.fullmatch(r"[A-Za-z0-9_./-]", c)})
-    return ", ".join("a space" if c == " " else repr(c) for c in odd)
-
-
 def _single_line(value: str) -> str:
     if len(value) > MAX_TEXT:
         raise _fail(f"longer than {MAX_TEXT} characters", "shorten it")
@@ -95,8 +90,7 @@ class _Pattern:
     what: str
     example: str
     package: str = ""  # a release field: a bare series ("2.10") gets a fix that names how to find its newest
-    python: bool = False  # the python field: a free-threaded version ("3.13t") gets a fix of its own
-    path: bool = False  # a file's path: characters it may not hold are named, with the path renamed
+    own: Callable[[str], tuple[str, str] | None] | None = None  # a problem of its own: "3.13t", a path's "é"
 
     def check(self, value: str) -> str:
         if not self.regex.fullmatch(value):
@@ -104,14 +98,8 @@ class _Pattern:
             if self.package and re.fullmatch(r"\d+\.\d+", value):
                 fix = f'name a release of the {value} series ("{value}.0" is its first)'
                 fix += series_newest(self.package, value)
-            if self.python and (threaded := free_threaded(value)):
-                raise _fail(*threaded)
-            if self.path and (odd := _path_chars(value)):
-                raise _fail(
-                    f"{value[:80]!r} holds {odd}: a check's path may hold letters, digits and _ . / - only "
-                    "(it is copied into the image and run by name)",
-                    f"rename the file, e.g. {re.sub(r'[^A-Za-z0-9_./-]', '_', value)[:80]}",
-                )
+            if self.own and (problem := self.own(value)):
+                raise _fail(*problem)
             raise _fail(f"{value[:80]!r} is not {self.what}", fix)
         return value
 
@@ -191,7 +179,7 @@ Url = Annotated[str, _Pattern(URL_RE, "an http(s):// or file:// URL", '"https://
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9_.:/-]{1,200}$")
 CHECK_RE = re.compile(r"^(?!/)(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_./-]{1,200}\.py$")
 MATCH_SPEC_RE = re.compile(r"^[A-Za-z0-9_.-]+([<>=!~ ]{1,3}[A-Za-z0-9_.*,<>=!]+)?$")
-_CHECK_PATH = _Pattern(CHECK_RE, "a Python script in the project", '"checks/train_tiny.py"', path=True)
+_CHECK_PATH = _Pattern(CHECK_RE, "a Python script in the project", '"checks/train_tiny.py"', own=odd_path)
 PACKAGE_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
 PackageName = Annotated[str, _Pattern(PACKAGE_NAME_RE, "a package name", '"torch-scatter"')]
 _REQUIRED: Any = ...
@@ -221,7 +209,7 @@ class Profile(BaseModel):
     rocm: Annotated[str, _Pattern(ROCM_RE, "a ROCm version", '"6.1" or "6.2.4"')] | None = _doc(
         'ROCm version of the torch build, quoted ("6.1"); required with accelerator: rocm, forbidden otherwise.'
     )
-    python: Annotated[str, _Pattern(PYTHON_RE, "a Python version", '"3.11"', python=True)] = _doc(
+    python: Annotated[str, _Pattern(PYTHON_RE, "a Python version", '"3.11"', own=free_threaded)] = _doc(
         "Python minor version, quoted: YAML reads 3.10 as 3.1.", _REQUIRED
     )
     torch: Annotated[str, _Pattern(RELEASE_RE, "an exact torch release", '"2.3.1"', "torch")] = _doc(

@@ -31,6 +31,18 @@ def free_threaded(python: str) -> tuple[str, str] | None:
     return problem, f'write "{python[:-1]}", the standard interpreter of that version'
 
 
+def odd_path(path: str) -> tuple[str, str] | None:
+    """The problem and fix for a check's path with characters it may not hold (a space, an accent),
+    else None: "not a Python script in the project" was wrong about the script and silent on why."""
+    odd = sorted({c for c in path if not re.fullmatch(r"[A-Za-z0-9_./-]", c)})
+    if not odd:
+        return None
+    named = ", ".join("a space" if c == " " else repr(c) for c in odd)
+    problem = f"{path[:80]!r} holds {named}: a check's path may hold letters, digits and _ . / - only"
+    problem += " (it is copied into the image and run by name)"
+    return problem, f"rename the file, e.g. {re.sub(r'[^A-Za-z0-9_./-]', '_', path)[:80]}"
+
+
 def _quote_fix(key: str, raw: str) -> str:
     if key in RELEASE_FIELDS and re.fullmatch(r"\d+\.\d+", raw):
         return f'quote it as a whole release: {key}: "{raw}.0" is the {raw} series\' first' + series_newest(key, raw)

@@ -319,3 +319,68 @@ def test_extends_fragments_cannot_add_up_past_the_value_limit(
     path.write_text(path.read_text().replace("extends: _base", f"extends: {parent}"))
     res = cli("validate", "cpu-py311")
     assert res.code == 2 and "over the 5,000 one file may hold" in res.out + res.err
+
+
+def _as_user(uid: int, work: Callable[[], object]) -> object:
+    """`work`'s result, computed in a child process that has dropped to `uid` (as a team's user is
+    who meets a folder another user's command made). Forked, so no interpreter has to be found."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write, json.dumps(work()).encode())
+        except BaseException as exc:  # anything the child meets is the parent's failure
+            os.write(write, json.dumps({"child failed": repr(exc)}).encode())
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's files needs root (CI runs as root)")
+def test_a_build_folder_left_by_sudo_names_its_owner_and_the_command_that_gives_it_back(
+    cli: Callable[..., Result], engineless_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One `sudo envbuild build` leaves `.envbuild/` root's. The project's own user then got, from
+    every command (even `status`, which writes nothing), "cannot read or write
+    .../mutex/build-cpu-py311: Permission denied" and "fix its permissions or ownership"."""
+    import shutil
+    import tempfile
+
+    from envbuild import build
+    from envbuild.project import open_project
+
+    user = 4242
+    with tempfile.TemporaryDirectory(dir="/tmp") as place:  # pytest's own temp root is root's alone (0700)
+        os.chmod(place, 0o755)  # noqa: S103 - the other user must reach the project in it
+        root = Path(place) / "proj"
+        shutil.copytree(engineless_project, root)
+        os.chown(root, user, user)
+        for folder, dirs, files in os.walk(root):
+            for name in dirs + files:
+                os.chown(Path(folder) / name, user, user)
+        monkeypatch.chdir(root)
+        with build.exclusive(open_project(str(root)), "cpu-py311", lambda *_: None):  # root's build, now done
+            pass
+        assert (root / ".envbuild").stat().st_uid == 0
+
+        def meets() -> object:
+            held = build.building(open_project(str(root)), "cpu-py311")
+            res = cli("lock", "cpu-py311", "--json")
+            return {"held": held, "code": res.code, "fix": json.loads(res.out)["error"]["hint"]}
+
+        seen = _as_user(user, meets)
+    assert seen == {
+        "held": False,  # asked without failing: `status` and `images` answer
+        "code": 11,
+        "fix": f"{root}/.envbuild belongs to root, not to this user (a command run as root, with sudo?, made it): "
+        f"sudo chown -R {user}:{user} {root}/.envbuild",
+    }
