@@ -21,6 +21,7 @@ build's connection, which makes the engine stop it.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -228,12 +229,54 @@ def context_archive(
     killer, Ctrl-C twice) leaves behind as large as the context: the e2e suite's killed builds left
     40-56 MB each, and a CUDA profile's context is gigabytes. The kernel frees a file with no name
     when the process ends, however it ends. `replaced`: the text of `dockerfile` to send instead of
-    the folder's."""
+    the folder's (docker-py's way: a .dockerignore then names it, so no COPY takes it).
+
+    Every entry is root's, as the docker CLI sends a context: the classic builder's cache key for a
+    COPY holds the owner of each file, and docker-py sends the files' own. Two users of one engine
+    (or a sudo build and a plain one) then had a cache each for one lockfile: a second user's build
+    of a built profile re-ran 26 of its 43 steps, the torch layer's install and copy among them.
+    The image's files are root's either way (COPY without --chown)."""
     import tempfile
 
-    from docker.utils import tar
+    archive = tempfile.TemporaryFile()  # noqa: SIM115 - returned open: the build reads it, then closes it
+    ignored = "\n".join([*(exclude or [".dockerignore"]), dockerfile])
+    extra = {} if replaced is None else {".dockerignore": ignored, dockerfile: replaced}
+    try:
+        _pack(folder, archive, exclude, dockerfile, extra)
+    except BaseException:
+        archive.close()
+        raise
+    archive.seek(0)
+    return archive
 
-    return tar(folder, exclude=exclude, dockerfile=(dockerfile, replaced), fileobj=tempfile.TemporaryFile())
+
+def _pack(folder: str, archive: Any, exclude: list[str] | None, dockerfile: str, extra: dict[str, str]) -> None:
+    import io
+    import tarfile
+
+    from docker.utils.build import exclude_paths
+
+    with tarfile.open(mode="w", fileobj=archive) as tar:
+        for name in sorted(exclude_paths(folder, exclude or [], dockerfile=dockerfile)):
+            if name in extra:
+                continue
+            path = os.path.join(folder, name)
+            info = tar.gettarinfo(path, arcname=name)
+            if info is None:  # a socket: nothing to send
+                continue
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = int(info.mtime)  # a float past tar's range fails (bpo-32713); docker-py guards it too
+            if info.isfile():
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info)
+        for name, text in extra.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
 
 
 def whole_folder(folder: Path) -> dict[str, Any]:

@@ -305,3 +305,27 @@ def test_a_build_that_takes_another_projects_tag_says_so(
         for image in docker_client.images.list(name=shared):
             for tag in image.tags:
                 docker_client.images.remove(tag, force=True, noprune=image.id == built_cpu["image_id"])
+
+
+def test_a_context_another_user_wrote_builds_from_the_same_cache(docker_client: Any, tmp_path: Path) -> None:
+    """docker-py sent each file's owner in the context, and the classic builder keys a COPY on it:
+    on one engine, a second user's build of a profile that another user had built (or a plain build
+    after a `sudo` one) re-ran 26 of its 43 steps, the torch layer's install among them."""
+    if os.geteuid() != 0:
+        pytest.skip("files of another user need root to make (CI runs as root)")
+    from envbuild.buildahead import context_archive
+
+    ctx = tmp_path / "ctx"
+    (ctx / "wheels").mkdir(parents=True)
+    (ctx / "wheels" / "a.whl").write_bytes(os.urandom(64))  # new bytes each run: in no cache yet
+    (ctx / "Dockerfile").write_text(f"FROM {BASE}\nCOPY wheels/ /w/\nRUN cat /w/a.whl > /copied\n")
+
+    def build() -> str:
+        with context_archive(str(ctx)) as archive:
+            image, _ = docker_client.images.build(fileobj=archive, custom_context=True, rm=True, forcerm=True)
+        return str(image.id)
+
+    first = build()
+    for path in [ctx, *ctx.rglob("*")]:
+        os.chown(path, 4242, 4242)
+    assert build() == first  # every step from the first build's cache: the RUN made no new image

@@ -209,6 +209,8 @@ def test_the_context_is_packed_into_a_file_with_no_name_that_a_killed_build_cann
             assert not any(n.startswith("wheels/torch/") for n in names)
             member = tar.extractfile("Dockerfile.taking")
             assert member is not None and member.read() == b"FROM base\n"
+            # as the docker CLI sends it: no file's owner reaches the builder's cache keys
+            assert {(m.uid, m.gid, m.uname, m.gname) for m in tar.getmembers()} == {(0, 0, "", "")}
     whole = buildahead.whole_folder(ctx)
     with whole["fileobj"] as packed, tarfile.open(fileobj=packed) as tar:
         assert "wheels/torch/torch.whl" in tar.getnames()
