@@ -29,13 +29,29 @@ def check_env(item: str) -> str:
     return item
 
 
-def check_volume(item: str) -> str:
+def engine_elsewhere() -> str | None:
+    """The machine the engine runs on where that is not this one (DOCKER_HOST=ssh://gpu-box, a docker
+    context's tcp://10.0.0.5:2376), else None. The job's folders are then that machine's: docker
+    mounts its /home/me/project as /workspace, which is this folder only where that machine shares it."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(engine.engine_url()[0])
+    if parts.scheme in ("unix", "npipe", "fd", ""):
+        return None
+    host = (parts.hostname or "").lower()
+    here = {"localhost", "0.0.0.0", "::1", socket.gethostname().lower()}  # noqa: S104 - a name compared, not bound
+    return None if not host or host in here or host.startswith("127.") else host
+
+
+def check_volume(item: str, *, elsewhere: str | None = None) -> str:
     """`-v HOST:CONTAINER[:ro]`: a host folder that exists, made absolute; or `-v NAME:CONTAINER`, a
-    docker volume (a bare name, as docker reads it, where no such folder is here)."""
+    docker volume (a bare name, as docker reads it, where no such folder is here). With the engine
+    on another machine (`elsewhere`), an absolute path is that machine's, and not looked for here."""
     parts = item.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/"):
         raise UsageError(f"-v {item!r}: not HOST:CONTAINER[:ro]", hint="e.g. -v ~/datasets:/data:ro")
-    if volume_name(item):
+    if volume_name(item) or (elsewhere and parts[0].startswith("/")):
         return item
     host = Path(parts[0]).expanduser()
     if not host.exists():
@@ -168,10 +184,11 @@ def docker_argv(
     publish: Sequence[str] = (),
     network: str | None = None,
     cache: Path | None = None,
+    elsewhere: str | None = None,
 ) -> list[str]:
     """The docker CLI call for an interactive-capable run (TTYs pass through the CLI untouched)."""
     gpus = hostgpu.gpus_for(gpus, prof.accelerator, absent_ok=False)
-    if gpus != "none" and engine.engine_url()[0].startswith("unix://") and not hostgpu.host_has_gpu(prof.accelerator):
+    if gpus != "none" and elsewhere is None and not hostgpu.host_has_gpu(prof.accelerator):
         # docker's own answer would be "could not select device driver "" with capabilities: [[gpu]]"
         kind = "NVIDIA GPU (no nvidia-smi, no /dev/nvidia0)" if prof.accelerator == "cuda" else "ROCm device (/dev/kfd)"
         raise UsageError(
@@ -205,7 +222,7 @@ def docker_argv(
     for item in env:
         argv += ["-e", check_env(item)]
     for item in volumes:
-        argv += ["-v", check_volume(item)]
+        argv += ["-v", check_volume(item, elsewhere=elsewhere)]
     check_network(network, publish)
     if network is not None:
         argv += ["--network", network]

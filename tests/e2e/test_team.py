@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -329,3 +330,69 @@ def test_a_context_another_user_wrote_builds_from_the_same_cache(docker_client: 
     for path in [ctx, *ctx.rglob("*")]:
         os.chown(path, 4242, 4242)
     assert build() == first  # every step from the first build's cache: the RUN made no new image
+
+
+@contextlib.contextmanager
+def _engine_at(address: str) -> Iterator[str]:
+    """The local engine, answering at tcp://ADDRESS:PORT as an engine on another machine would (a
+    relay to its socket): envbuild tells a remote engine by its address alone."""
+    import socket
+    import threading
+
+    server = socket.create_server((address, 0))
+    stop = threading.Event()
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                client, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            engine_sock = socket.socket(socket.AF_UNIX)
+            engine_sock.connect("/var/run/docker.sock")
+            for a, b in ((client, engine_sock), (engine_sock, client)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://{address}:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+
+
+def test_run_on_an_engine_elsewhere_says_whose_folders_the_job_sees(
+    built_cpu: dict[str, Any], docker_client: Any, e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """DOCKER_HOST=ssh://gpu-box from a laptop: `run` mounted the laptop's folder path on gpu-box
+    (empty there, or made by docker as root), so `python train.py` found no train.py, and the
+    download cache was a root-owned folder the job could not write; it judged the laptop's GPU."""
+    if not Path("/var/run/docker.sock").exists():
+        pytest.skip("the relay needs the engine's default socket")
+    gateway = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]  # this host, by another name
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "train.py").write_text("print('trained')\n")
+    with _engine_at(gateway) as url:
+        res = envbuild(
+            "run", "cpu-py311", "--project", str(e2e_project), "--tag", repo_name,
+            "--", "sh", "-c", "python train.py; test -e /tmp/.cache && echo cache-mounted || echo no-cache",
+            cwd=work, env={"DOCKER_HOST": url}, timeout=300,
+        )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert f"note: the engine runs on {gateway}, not here: /workspace is {gateway}'s {work}" in res.stderr
+    assert "no download cache (a folder here is not the job's)" in res.stderr
+    # the "other machine" is this one, so the folder is there; no host folder was mounted as ~/.cache
+    assert res.stdout.split() == ["trained", "no-cache"]

@@ -380,3 +380,40 @@ def test_run_says_a_cli_killed_by_a_signal_as_a_shell_does() -> None:
 
     killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     assert runner.call(killed, stdin_is_tty=False) == 137  # not -9, which an exit status cannot carry
+
+
+@pytest.mark.parametrize(
+    ("url", "elsewhere"),
+    [
+        ("unix:///var/run/docker.sock", None),
+        ("tcp://127.0.0.1:2375", None),
+        ("tcp://localhost:2375", None),
+        ("ssh://me@gpu-box", "gpu-box"),
+        ("ssh://me@GPU-Box:2222", "gpu-box"),
+        ("tcp://10.0.0.5:2376", "10.0.0.5"),
+    ],
+)
+def test_an_engine_on_another_machine_is_told_by_its_address(
+    monkeypatch: pytest.MonkeyPatch, url: str, elsewhere: str | None
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", url)
+    assert runner.engine_elsewhere() == elsewhere
+
+
+def test_on_an_engine_elsewhere_a_volume_is_that_machines_path_and_the_gpu_is_not_judged_here(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`-v /data/imagenet:/data` names gpu-box's folder; it was refused as missing here. And a laptop
+    without a GPU refused a CUDA job bound for gpu-box's GPUs."""
+    with pytest.raises(UsageError, match="does not exist"):
+        runner.check_volume("/data/imagenet:/data:ro")
+    assert runner.check_volume("/data/imagenet:/data:ro", elsewhere="gpu-box") == "/data/imagenet:/data:ro"
+    from envbuild import hostgpu
+
+    monkeypatch.setattr(hostgpu, "host_has_gpu", lambda accelerator: False)
+    cuda = profile.Profile.model_validate(VALID)
+    with pytest.raises(UsageError, match="this host has no NVIDIA GPU"):
+        runner.docker_argv(cuda, "r:cu121-py311", ["python"], workdir=tmp_path)
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    argv = runner.docker_argv(cuda, "r:cu121-py311", ["python"], workdir=tmp_path, elsewhere="gpu-box")
+    assert argv[argv.index("--gpus") + 1] == "all"

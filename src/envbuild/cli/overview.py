@@ -267,14 +267,18 @@ def run_image(
     hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild run {name}")
     for item in env or []:
         runner.check_env(item)  # before the engine is asked anything
+    elsewhere = runner.engine_elsewhere()
     for item in volume or []:
-        runner.check_volume(item)
+        runner.check_volume(item, elsewhere=elsewhere)
     runner.check_network(network, publish or ())
     ports = [runner.check_publish(item) for item in publish or []]
-    cache = runner.download_cache(download_cache, user)
+    # A folder of this host's, mounted by an engine elsewhere, is that host's: made there by docker,
+    # root's, so the job (this user's uid) could not write its ~/.cache; the container's /tmp serves.
+    cache = runner.download_cache("none" if elsewhere and download_cache == "auto" else download_cache, user)
     proj = project_at(project)
     prof = load_profile(proj, name)
-    problem = None if gpus == "none" else doctor.gpu_problem(prof)
+    # this host's GPUs and driver are not the job's where the engine runs elsewhere
+    problem = None if gpus == "none" or elsewhere else doctor.gpu_problem(prof)
     if problem is not None:
         # torch would not see the GPUs (is_available() False), and a script that falls back to the
         # CPU would train there without a word.
@@ -310,7 +314,15 @@ def run_image(
         publish=ports,
         network=network,
         cache=cache,
+        elsewhere=elsewhere,
     )
+    if elsewhere:
+        output.err().print(
+            f"note: the engine runs on {elsewhere}, not here: /workspace is {elsewhere}'s {Path.cwd()} (and -v "
+            f"paths are its paths), so the job sees this folder's files only where {elsewhere} shares them; "
+            f"run envbuild on {elsewhere} to work there"
+            + ("; no download cache (a folder here is not the job's)" if download_cache == "auto" else "")
+        )
     for item in ports:
         output.err().print(f"note: {runner.published(item)}")
     for named in filter(None, map(runner.volume_name, volume or [])):
