@@ -110,7 +110,14 @@ def inspect_host() -> HostReport:
     if report.cxx.get("linkage") == "static":
         reason, fix = static_problem(report.cxx["path"])
         report.notes.append(f"{reason}; {fix}. Images are not affected: they carry Debian's g++")
-    if not report.gpus and not report.rocm_devices:
+    from envbuild.engine import engine_elsewhere
+
+    if elsewhere := engine_elsewhere():
+        report.notes.append(
+            f"the engine runs on {elsewhere}: builds, smoke tests and `envbuild run` use its GPUs, disk and folders; "
+            f"the GPUs, driver and shared memory here are this host's (`envbuild doctor` on {elsewhere} judges its own)"
+        )
+    elif not report.gpus and not report.rocm_devices:
         report.notes.append("no GPU on this host: only CPU profiles can run here")
     if report.gpus and not report.nvidia_runtime:
         report.notes.append(

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -34,72 +36,12 @@ def engine_url() -> tuple[str, str]:
     return DEFAULT_SOCKET, "the default socket"
 
 
-_START = "start it (`sudo systemctl start docker`, or `make engine` on a Debian machine)"
-_ELSEWHERE = "point DOCKER_HOST at a running engine (tcp://HOST:2376, ssh://USER@HOST)"
-# (what the SDK's message contains, what it means, what to do); the first match wins.
-_UNREACHABLE = (
-    (
-        "permission denied",
-        "this user may not open the socket",
-        "add the user to the docker group "
-        "(`sudo usermod -aG docker $USER`, then log in again), or run envbuild with sudo",
-    ),
-    (
-        "no such file or directory",
-        "no socket there: the engine is not running, or listens elsewhere",
-        f"{_START} or {_ELSEWHERE}",
-    ),
-    ("connection refused", "nothing listens there", f"{_START}, or check the port in DOCKER_HOST"),
-    ("name or service not known", "the host name does not resolve", "check the host in {where}"),
-    ("failed to resolve", "the host name does not resolve", "check the host in {where}"),
-    ("timed out", "no answer in time", "check that the host is up and the port is open to you"),
-)
-
-
-# What the SDK says when something answered that is not the Docker API: a web server's page, a
-# JSON that does not parse, or bytes that are not HTTP at all (another service on that port).
-_NOT_DOCKER = (
-    ("<html", "an HTML page"),
-    ("<!doctype", "an HTML page"),
-    ("client error for", "an HTTP error page"),
-    ("server error for", "an HTTP error page"),
-    ("badstatusline", "bytes that are not HTTP"),
-    ("remotedisconnected", "a closed connection without an HTTP answer"),
-    ("expecting value", "a body that is not JSON"),
-    ("expecting property name", "a body that is not JSON"),
-    ("unterminated string", "a body that is not JSON"),
-    ("extra data", "a body that is not JSON"),
-)
-
-
-def printable(text: str, limit: int = 120) -> str:
-    """The first line of a foreign answer, without control bytes, short enough to quote."""
-    line = next((x for x in text.splitlines() if x.strip()), "")
-    clean = "".join(ch if ch.isprintable() else "?" for ch in line).strip()
-    return clean[:limit] + ("..." if len(clean) > limit else "")
-
-
-def unreachable_cause(origin: str, message: str, url: str = "") -> tuple[str, str]:
-    """(cause, fix) for a failed connection, instead of the SDK's nested exception text."""
-    low = message.lower()
-    if "timed out" in low and url.startswith("unix://"):
-        # a socket that takes the connection and then stays silent: the engine is there but stuck
-        return (
-            "no answer in time: something holds the socket but does not answer",
-            "the engine may be stuck or overloaded: see its log (`journalctl -u docker`) or restart it "
-            f"(`sudo systemctl restart docker`); or {_ELSEWHERE}",
-        )
-    for needle, what in _NOT_DOCKER:
-        if needle in low:
-            return (
-                f"something answers there, but not the Docker API ({what})",
-                f"{origin} points at another service: set it to the Docker engine's socket or port "
-                "(unix:///var/run/docker.sock, tcp://HOST:2376)",
-            )
-    for needle, cause, fix in _UNREACHABLE:
-        if needle in low:
-            return cause, fix.replace("{where}", origin)
-    return printable(message, 300) if message else "no answer", f"{_START} or {_ELSEWHERE}"
+def engine_elsewhere() -> str | None:
+    """The engine's machine where not this one (ssh://gpu-box): what it mounts and its disk are its own."""
+    parts = urllib.parse.urlsplit(engine_url()[0])
+    host = "" if parts.scheme in ("unix", "npipe", "fd") else (parts.hostname or "").lower()
+    here = {"", "localhost", "0.0.0.0", "::1", socket.gethostname().lower()}  # noqa: S104 - compared, not bound
+    return None if host in here or host.startswith("127.") else host
 
 
 def client(timeout: float = 600) -> Any:
@@ -117,7 +59,7 @@ def client(timeout: float = 600) -> Any:
         cli.api.timeout = timeout
         enginelost.guard(cli.api, url)
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        cause, fix = unreachable_cause(origin, str(exc), url)
+        cause, fix = enginelost.unreachable_cause(origin, str(exc), url)
         raise EngineUnavailable(f"cannot reach the Docker engine at {url} (from {origin}): {cause}", hint=fix) from exc
     return cli
 
@@ -369,7 +311,7 @@ def disk(info: dict[str, Any]) -> tuple[str | None, int | None]:
     """(data root, free bytes) of the engine from its `info()`; free is None for an engine on another
     machine (its disk is not this one's to read) or an unreadable root."""
     root = info.get("DockerRootDir")
-    if not root or not engine_url()[0].startswith("unix://"):
+    if not root or engine_elsewhere():
         return root, None
     try:
         st = os.statvfs(root)

@@ -1,4 +1,5 @@
-"""An engine that answered once, then stopped: a call that times out or whose connection breaks.
+"""An engine that cannot be reached (what the SDK's words mean, and the fix), or that answered once,
+then stopped: a call that times out or whose connection breaks.
 
 docker-py lets requests' and urllib3's own exceptions through. Unmapped, an engine that answered the
 first ping and then hung reached the user as "internal error: ReadTimeout ... this is a bug in
@@ -15,6 +16,81 @@ from urllib.parse import urlsplit
 from envbuild.errors import EngineNoAnswer
 
 HINT = "check the engine (`docker info`, its log, `systemctl status docker`) and restart it if it hangs"
+
+
+_START = "start it (`sudo systemctl start docker`, or `make engine` on a Debian machine)"
+_ELSEWHERE = "point DOCKER_HOST at a running engine (tcp://HOST:2376, ssh://USER@HOST)"
+# (what the SDK's message contains, what it means, what to do); the first match wins.
+_UNREACHABLE = (
+    (
+        "permission denied",
+        "this user may not open the socket",
+        "add the user to the docker group "
+        "(`sudo usermod -aG docker $USER`, then log in again), or run envbuild with sudo",
+    ),
+    (
+        "no such file or directory",
+        "no socket there: the engine is not running, or listens elsewhere",
+        f"{_START} or {_ELSEWHERE}",
+    ),
+    ("connection refused", "nothing listens there", f"{_START}, or check the port in DOCKER_HOST"),
+    ("name or service not known", "the host name does not resolve", "check the host in {where}"),
+    ("failed to resolve", "the host name does not resolve", "check the host in {where}"),
+    ("timed out", "no answer in time", "check that the host is up and the port is open to you"),
+    (
+        "install paramiko",  # docker-py's words for an ssh:// engine without it
+        "docker-py reaches ssh:// engines only with paramiko installed, which envbuild leaves out (importing it "
+        "adds ~0.3 s to every command)",
+        "pip install 'envbuild[ssh]' (paramiko; the connection then goes through your ssh command and its config), "
+        "or point {where} at tcp://HOST:2376 with TLS",
+    ),
+)
+
+
+# What the SDK says when something answered that is not the Docker API: a web server's page, a
+# JSON that does not parse, or bytes that are not HTTP at all (another service on that port).
+_NOT_DOCKER = (
+    ("<html", "an HTML page"),
+    ("<!doctype", "an HTML page"),
+    ("client error for", "an HTTP error page"),
+    ("server error for", "an HTTP error page"),
+    ("badstatusline", "bytes that are not HTTP"),
+    ("remotedisconnected", "a closed connection without an HTTP answer"),
+    ("expecting value", "a body that is not JSON"),
+    ("expecting property name", "a body that is not JSON"),
+    ("unterminated string", "a body that is not JSON"),
+    ("extra data", "a body that is not JSON"),
+)
+
+
+def printable(text: str, limit: int = 120) -> str:
+    """The first line of a foreign answer, without control bytes, short enough to quote."""
+    line = next((x for x in text.splitlines() if x.strip()), "")
+    clean = "".join(ch if ch.isprintable() else "?" for ch in line).strip()
+    return clean[:limit] + ("..." if len(clean) > limit else "")
+
+
+def unreachable_cause(origin: str, message: str, url: str = "") -> tuple[str, str]:
+    """(cause, fix) for a failed connection, instead of the SDK's nested exception text."""
+    low = message.lower()
+    if "timed out" in low and url.startswith("unix://"):
+        # a socket that takes the connection and then stays silent: the engine is there but stuck
+        return (
+            "no answer in time: something holds the socket but does not answer",
+            "the engine may be stuck or overloaded: see its log (`journalctl -u docker`) or restart it "
+            f"(`sudo systemctl restart docker`); or {_ELSEWHERE}",
+        )
+    for needle, what in _NOT_DOCKER:
+        if needle in low:
+            return (
+                f"something answers there, but not the Docker API ({what})",
+                f"{origin} points at another service: set it to the Docker engine's socket or port "
+                "(unix:///var/run/docker.sock, tcp://HOST:2376)",
+            )
+    for needle, cause, fix in _UNREACHABLE:
+        if needle in low:
+            return cause, fix.replace("{where}", origin)
+    return printable(message, 300) if message else "no answer", f"{_START} or {_ELSEWHERE}"
 
 
 def is_timeout(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from envbuild import engine, hostgpu, tmpdirs
+from envbuild import hostgpu, tmpdirs
 from envbuild.errors import UsageError
 from envbuild.names import RUN_SHM_SIZE
 from envbuild.profile import Profile
@@ -27,21 +27,6 @@ def check_env(item: str) -> str:
             f"-e {item!r}: not NAME=VALUE", hint="e.g. -e WANDB_MODE=offline, or -e HF_TOKEN to pass yours"
         )
     return item
-
-
-def engine_elsewhere() -> str | None:
-    """The machine the engine runs on where that is not this one (DOCKER_HOST=ssh://gpu-box, a docker
-    context's tcp://10.0.0.5:2376), else None. The job's folders are then that machine's: docker
-    mounts its /home/me/project as /workspace, which is this folder only where that machine shares it."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(engine.engine_url()[0])
-    if parts.scheme in ("unix", "npipe", "fd", ""):
-        return None
-    host = (parts.hostname or "").lower()
-    here = {"localhost", "0.0.0.0", "::1", socket.gethostname().lower()}  # noqa: S104 - a name compared, not bound
-    return None if not host or host in here or host.startswith("127.") else host
 
 
 def check_volume(item: str, *, elsewhere: str | None = None) -> str:

@@ -98,9 +98,26 @@ def test_a_service_that_is_not_docker_is_named_so_not_quoted_raw(
 def test_a_socket_the_user_may_not_open_points_at_the_docker_group() -> None:
     # docker-py's text when /var/run/docker.sock is root:docker 0660 and the user is not in the group.
     sdk = "Error while fetching server API version: ('Connection aborted.', PermissionError(13, 'Permission denied'))"
-    cause, fix = engine.unreachable_cause("the default socket", sdk)
+    cause, fix = enginelost.unreachable_cause("the default socket", sdk)
     assert cause == "this user may not open the socket"
     assert "usermod -aG docker" in fix
+
+
+def test_an_ssh_engine_without_paramiko_says_what_to_install(
+    cli: Any, engineless_project: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DOCKER_HOST=ssh://..., the form envbuild's own fixes suggest, failed every command with
+    docker-py's "Install paramiko package to enable ssh:// support" and the fix for a stopped engine."""
+    import importlib.util
+
+    if importlib.util.find_spec("paramiko") is not None:
+        pytest.skip("paramiko is installed here: ssh:// would be tried for real")
+    monkeypatch.setenv("DOCKER_HOST", "ssh://me@gpu-box.invalid")
+    res = cli("images", "--json")
+    assert res.code == 5
+    error = json.loads(res.out)["error"]
+    assert "docker-py reaches ssh:// engines only with paramiko installed" in error["message"]
+    assert error["hint"].startswith("pip install 'envbuild[ssh]'")
 
 
 def test_a_socket_that_takes_the_connection_and_stays_silent_is_a_stuck_engine(

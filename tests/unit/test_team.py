@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import profile, runner
+from envbuild import engine, profile, runner
 from envbuild.errors import UsageError
 from envbuild.project import open_project
 from tests.conftest import VALID, Result
@@ -397,7 +397,7 @@ def test_an_engine_on_another_machine_is_told_by_its_address(
     monkeypatch: pytest.MonkeyPatch, url: str, elsewhere: str | None
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", url)
-    assert runner.engine_elsewhere() == elsewhere
+    assert engine.engine_elsewhere() == elsewhere
 
 
 def test_on_an_engine_elsewhere_a_volume_is_that_machines_path_and_the_gpu_is_not_judged_here(

@@ -267,7 +267,7 @@ def run_image(
     hostgpu.check_shm_choice(shm_size, ipc_host, f"envbuild run {name}")
     for item in env or []:
         runner.check_env(item)  # before the engine is asked anything
-    elsewhere = runner.engine_elsewhere()
+    elsewhere = engine.engine_elsewhere()
     for item in volume or []:
         runner.check_volume(item, elsewhere=elsewhere)
     runner.check_network(network, publish or ())
