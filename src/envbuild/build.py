@@ -334,10 +334,16 @@ def _build(project: Project, plan: Plan, opts: BuildOptions, say: Events) -> Bui
 
         say("phase", "smoke", "running the smoke test in the image")
         t1 = time.monotonic()
-        gpus = hostgpu.gpus_for(opts.smoke_gpus, prof.accelerator, absent_ok=True)
+        # an engine elsewhere has the GPUs its NVIDIA runtime serves, whatever this host has (ROCm's
+        # devices cannot be seen from here: its GPU checks then wait for `envbuild smoke`)
+        elsewhere = engine.engine_elsewhere()
+        present = prof.accelerator == "cuda" and "nvidia" in (info.get("Runtimes") or {}) if elsewhere else None
+        gpus = hostgpu.gpus_for(opts.smoke_gpus, prof.accelerator, absent_ok=True, present=present)
         if prof.accelerator != "cpu" and gpus == "none" and opts.smoke_gpus == "auto":
             text = (
-                f"no GPU on this host: the smoke test checks {prof.name} without its GPU checks and labels it "
+                f"no GPU on {f'the engine machine {elsewhere} (none its runtimes show)' if elsewhere else 'this host'}"
+                ": "
+                f"the smoke test checks {prof.name} without its GPU checks and labels it "
                 f"so ({LABEL_SMOKE_GPU}=skip); `envbuild smoke {prof.name}` on a GPU host runs them"
             )
             warnings.append(text)

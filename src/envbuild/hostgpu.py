@@ -66,17 +66,19 @@ def check_shm_choice(shm_size: str | None, ipc_host: bool, command: str) -> None
         check_shm_size(shm_size)
 
 
-def gpus_for(value: str, accelerator: str, *, absent_ok: bool) -> str:
+def gpus_for(value: str, accelerator: str, *, absent_ok: bool, present: bool | None = None) -> str:
     """What to ask for: "none", "all" or a count.
 
     "auto" is every GPU of the host. Asked for directly (`smoke`, `run`), a GPU profile asks
     for them even on a host without any, so its gpu check fails there as it should. A build's
     own smoke test (`absent_ok`) checks the rest instead, so GPU images can be built on CPU
-    runners; the image's io.envbuild.smoke.gpu label then says "skip".
+    runners; the image's io.envbuild.smoke.gpu label then says "skip". `present`: whether the
+    engine's machine has them, where that is not this host (None: this host is asked).
     """
     check_gpus(value)
     if accelerator == "cpu":
         return "none"
     if value == "auto":
-        return "none" if absent_ok and not host_has_gpu(accelerator) else "all"
+        there = host_has_gpu(accelerator) if present is None else present
+        return "none" if absent_ok and not there else "all"
     return value

@@ -165,7 +165,9 @@ def test_run_refuses_to_ask_for_gpus_a_local_host_does_not_have(
     # an engine on another machine has GPUs this one cannot see: docker decides there
     monkeypatch.setenv("DOCKER_HOST", "ssh://gpu-box")
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/docker")
-    argv = runner.docker_argv(cuda, "envbuild:cu121-py311", [], workdir=tmp_path)
+    from envbuild.engine import engine_elsewhere
+
+    argv = runner.docker_argv(cuda, "envbuild:cu121-py311", [], workdir=tmp_path, elsewhere=engine_elsewhere())
     assert argv[argv.index("--gpus") + 1] == "all"
     monkeypatch.delenv("DOCKER_HOST")
     argv = runner.docker_argv(cuda, "envbuild:cu121-py311", [], workdir=tmp_path, gpus="none")
