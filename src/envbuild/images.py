@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envbuild import build as build_mod
-from envbuild import engine, enginelost, freshness, layering, publish, smokerecord, validate
+from envbuild import engine, enginelost, freshness, layering, localimage, publish, smokerecord, validate
 from envbuild import plan as plan_mod
 from envbuild.errors import ProfileError
 from envbuild.names import (
@@ -155,7 +155,7 @@ def survey(
     source = source_label(project)
     expected = validate.load_all(project, names) if expected is None else expected
     # The local lockfile's hash, once per profile rather than once per image.
-    facts = {n: publish.local_facts(project, p) for n, p in expected.items() if isinstance(p, Profile)}
+    facts = {n: localimage.local_facts(project, p) for n, p in expected.items() if isinstance(p, Profile)}
     users: dict[str, list[str]] = {}
     for c in cli.api.containers(all=True):
         users.setdefault(str(c.get("ImageID", "")), []).append(str((c.get("Names") or ["?"])[0]).lstrip("/"))

@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from envbuild import engine
+from envbuild import engine, freshness
+from envbuild import plan as plan_mod
+from envbuild.aptfile import apt_lock_name
 from envbuild.errors import ImageMissing, UsageError
-from envbuild.names import LABEL_PROFILE, LABEL_SOURCE, UNTESTED, moving_tag
+from envbuild.lockfile import lock_sha256
+from envbuild.names import (
+    LABEL_APT_LOCK_SHA,
+    LABEL_CONTENT_DIGEST,
+    LABEL_IMAGE_DIGEST,
+    LABEL_IMAGE_INPUTS,
+    LABEL_LOCK_SHA,
+    LABEL_PROFILE,
+    LABEL_SOURCE,
+    UNTESTED,
+    content_digest,
+    immutable_tag,
+    moving_tag,
+    part_digests,
+)
 from envbuild.profile import Profile
 from envbuild.project import Project, repository_part, same_source, source_label
 
@@ -19,22 +35,71 @@ def repository(project: Project, repo: str | None) -> str:
 def profile_image(cli: Any, project: Project, prof: Profile, repo: str | None = None) -> tuple[str, Any]:
     """(ref, image) that a profile's name stands for when a command is given it instead of an image:
     REPO:NAME, the tag `run` starts and `push` publishes, built here or pulled; else, before any
-    build passed its smoke test, the newest `--no-smoke` build (REPO:NAME-untested).
+    build passed its smoke test, the newest `--no-smoke` build (REPO:NAME-untested). REPO:NAME is
+    whichever build was tagged last: where it names a build of other inputs (on a shared engine,
+    another clone of the project, another branch's lockfiles, tagged it after this one's), the
+    tested build of this checkout's inputs comes first, REPO:NAME-<content digest>: `run`, `smoke`
+    and `push` took the other clone's image. An image built FROM this checkout's (a team's tweak
+    tagged REPO:NAME) carries its digest, and stays what the name stands for.
 
-    ImageMissing, a usage error naming REPO:NAME, when there is neither."""
+    ImageMissing, a usage error naming REPO:NAME, when there is none of them."""
     moving = moving_tag(repository(project, repo), prof.name)
+    digest = current_digest(project, prof)
+    named = _local(cli, moving, prof.name)
+    ours = named is not None and dict(named.labels or {}).get(LABEL_CONTENT_DIGEST) == digest
+    first = [immutable_tag(repository(project, repo), prof.name, digest)] if digest and not ours else []
+    for ref in [*first, moving, moving + UNTESTED]:
+        image = named if ref == moving else _local(cli, ref, prof.name)
+        if image is not None:
+            check_belongs(project, prof, ref, dict(image.labels or {}))
+            return ref, image
+    raise ImageMissing(
+        f"no image {moving} in the engine",
+        hint=f"build it (envbuild build {prof.name}) or pull it (envbuild pull {prof.name})",
+    )
+
+
+def _local(cli: Any, ref: str, profile: str) -> Any:
     try:
-        ref, image = moving, engine.local_image(cli, moving, prof.name)
+        return engine.local_image(cli, ref, profile)
     except ImageMissing:
-        try:
-            ref, image = moving + UNTESTED, engine.local_image(cli, moving + UNTESTED, prof.name)
-        except ImageMissing:
-            raise ImageMissing(
-                f"no image {moving} in the engine",
-                hint=f"build it (envbuild build {prof.name}) or pull it (envbuild pull {prof.name})",
-            ) from None
-    check_belongs(project, prof, ref, dict(image.labels or {}))
-    return ref, image
+        return None
+
+
+def current_digest(project: Project, prof: Profile) -> str:
+    """The content digest (io.envbuild.content-digest) a build of this checkout's profile and
+    lockfiles carries, from the inputs the build digests; "" without a readable lockfile."""
+    facts = {label: value for _, label, value in local_facts(project, prof)}
+    lock, apt = facts[LABEL_LOCK_SHA], facts[LABEL_APT_LOCK_SHA]
+    if len(lock) != 64:
+        return ""
+    return content_digest(lock, facts[LABEL_IMAGE_DIGEST], apt if len(apt) == 64 else "")
+
+
+def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
+    """(what, label, local value) that an image built from this checkout carries: the lockfile's
+    identity and the digest of everything else that reaches the image (plan.Plan.image_digest)."""
+    plan = plan_mod.make(project, prof, strict=False)
+    lock_path = freshness.primary_lock(project, plan)
+    try:
+        local_lock = lock_sha256(lock_path.read_text("utf-8"))
+    except FileNotFoundError:
+        local_lock = "(no local lockfile)"
+    except (OSError, UnicodeDecodeError):
+        local_lock = "(unreadable lockfile)"
+    apt_path = freshness.lock_dir(project, prof.name) / apt_lock_name(plan.platforms[0])
+    try:
+        local_apt = lock_sha256(apt_path.read_text("utf-8"))
+    except FileNotFoundError:
+        local_apt = "(none)"  # OS packages not locked: an image without the label matches
+    except (OSError, UnicodeDecodeError):
+        local_apt = "(unreadable apt.lock)"
+    return [
+        ("lockfile sha256", LABEL_LOCK_SHA, local_lock),
+        ("apt.lock sha256", LABEL_APT_LOCK_SHA, local_apt),
+        ("image inputs digest", LABEL_IMAGE_DIGEST, plan.image_digest),
+        ("image inputs", LABEL_IMAGE_INPUTS, part_digests(plan.image_inputs)),
+    ]
 
 
 def check_belongs(project: Project, prof: Profile, ref: str, labels: dict[str, str]) -> None:

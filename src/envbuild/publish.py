@@ -11,13 +11,10 @@ from typing import Any
 
 from envbuild import engine, enginelost, freshness, smokerecord
 from envbuild import plan as plan_mod
-from envbuild.aptfile import apt_lock_name
 from envbuild.errors import EnvbuildError, PublishError, UsageError, VerifyError
-from envbuild.localimage import repository
-from envbuild.lockfile import lock_sha256
+from envbuild.localimage import local_facts, profile_image, repository
 from envbuild.names import (
     EXPECT_PATH,
-    LABEL_APT_LOCK_SHA,
     LABEL_CONTENT_DIGEST,
     LABEL_IMAGE_DIGEST,
     LABEL_IMAGE_INPUTS,
@@ -25,7 +22,6 @@ from envbuild.names import (
     Events,
     immutable_tag,
     moving_tag,
-    part_digests,
     quiet,
 )
 from envbuild.profile import Profile
@@ -167,8 +163,8 @@ def push(
 ) -> PushResult:
     say = events or quiet
     cli = engine.client()
-    local = moving_tag(repository(project, repo), prof.name)
-    image = engine.local_image(cli, local, prof.name)
+    # the build of this checkout's lockfiles first: REPO:NAME may be another clone's (another branch)
+    local, image = profile_image(cli, project, prof, repo)
     labels = dict(image.labels or {})
     smoke = smokerecord.state(image.attrs)
     if smoke != "passed":
@@ -176,6 +172,13 @@ def push(
         raise PublishError(
             f"{local} ({image.id[:19]}) {why}; refusing to push it",
             hint=f"build it with the smoke test: envbuild build {prof.name} (without --no-smoke)",
+        )
+    if stale := compare(project, prof, labels):
+        # REPO:NAME published as this profile's image, while the checkout's lockfile says otherwise:
+        # CI installing the lockfile and a user pulling the tag would get two environments
+        raise PublishError(
+            f"{local} was not built from this checkout's profile and lockfiles ({stale[0]}); refusing to push it",
+            hint=f"build them first (envbuild build {prof.name}), then push; `envbuild status` shows the image stale",
         )
     content = labels.get(LABEL_CONTENT_DIGEST) or labels.get(LABEL_LOCK_SHA, "")  # older images: the lock alone
     if len(content) != 64:
@@ -293,32 +296,6 @@ def pull(
         name, tag = local_ref.rsplit(":", 1)
         image.tag(name, tag=tag)
     return PullResult(ref, image.id, pulled_digest, labels, mismatches, local[::-1], smoke)
-
-
-def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:
-    """(what, label, local value) that an image built from this checkout carries: the lockfile's
-    identity and the digest of everything else that reaches the image (plan.Plan.image_digest)."""
-    plan = plan_mod.make(project, prof, strict=False)
-    lock_path = freshness.primary_lock(project, plan)
-    try:
-        local_lock = lock_sha256(lock_path.read_text("utf-8"))
-    except FileNotFoundError:
-        local_lock = "(no local lockfile)"
-    except (OSError, UnicodeDecodeError):
-        local_lock = "(unreadable lockfile)"
-    apt_path = freshness.lock_dir(project, prof.name) / apt_lock_name(plan.platforms[0])
-    try:
-        local_apt = lock_sha256(apt_path.read_text("utf-8"))
-    except FileNotFoundError:
-        local_apt = "(none)"  # OS packages not locked: an image without the label matches
-    except (OSError, UnicodeDecodeError):
-        local_apt = "(unreadable apt.lock)"
-    return [
-        ("lockfile sha256", LABEL_LOCK_SHA, local_lock),
-        ("apt.lock sha256", LABEL_APT_LOCK_SHA, local_apt),
-        ("image inputs digest", LABEL_IMAGE_DIGEST, plan.image_digest),
-        ("image inputs", LABEL_IMAGE_INPUTS, part_digests(plan.image_inputs)),
-    ]
 
 
 def package_differences(cli: Any, image_id: str, project: Project, prof: Profile) -> list[str]:

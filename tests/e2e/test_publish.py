@@ -416,3 +416,23 @@ def test_a_pull_through_a_link_that_stops_forwarding_is_called_stalled_and_retri
     assert "ENVBUILD_STALL_TIMEOUT" in res.stderr and "Traceback" not in res.stderr
     assert took < 120, took  # four attempts of ~5 s of silence each, not forever
     assert link.sent >= 2 * 2**20  # it really got going before the link hung
+
+
+def test_push_refuses_the_image_of_an_older_profile_or_lockfile(
+    built_cpu: dict[str, Any], e2e_project: Path, registry: str, repo_name: str
+) -> None:
+    """A profile edited (or re-locked) and not built yet: `push` published REPO:NAME, the build of
+    the old inputs, as the profile's image, while the lockfiles CI installs say otherwise."""
+    path = e2e_project / "profiles" / "cpu-py311.yaml"
+    before = path.read_text()
+    path.write_text(before + 'env: {OMP_NUM_THREADS: "4"}\n')
+    try:
+        res = envbuild(
+            "push", "cpu-py311", "--tag", repo_name, "--registry", f"{registry}/envbuild/old", cwd=e2e_project
+        )
+    finally:
+        path.write_text(before)
+    assert res.returncode == 10, res.stderr[-2000:]
+    assert f"{repo_name}:cpu-py311 was not built from this checkout's profile and lockfiles" in res.stderr
+    assert "(it differs in the profile's fields)" in res.stderr
+    assert "fix: build them first (envbuild build cpu-py311), then push" in res.stderr

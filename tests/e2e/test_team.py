@@ -396,3 +396,36 @@ def test_run_on_an_engine_elsewhere_says_whose_folders_the_job_sees(
     assert "no download cache (a folder here is not the job's)" in res.stderr
     # the "other machine" is this one, so the folder is there; no host folder was mounted as ~/.cache
     assert res.stdout.split() == ["trained", "no-cache"]
+
+
+def test_another_clone_that_built_last_does_not_change_what_this_checkout_runs_or_pushes(
+    built_cpu: dict[str, Any], docker_client: Any, e2e_project: Path, registry: str, repo_name: str
+) -> None:
+    """Two clones of one repository on a shared GPU box share REPO:NAME (one source, one repository).
+    A clone on another branch (other lockfiles) that built last moved the tag, and this clone's
+    `run` started that image (einops missing where the lockfile had it) and `push` published it
+    as this checkout's cpu-py311, though its own tested build was still in the engine."""
+    fake = "e" * 64
+    other = derived(
+        docker_client, built_cpu["image_id"],
+        f'LABEL io.envbuild.content-digest="{fake}" io.envbuild.lock-sha256="{fake}"', "ENV OTHER_CLONE=1",
+    )  # fmt: skip
+    other.tag(repo_name, tag="cpu-py311")
+    target = f"{registry}/envbuild/clones"
+    try:
+        res = envbuild(
+            "run", "cpu-py311", "--tag", repo_name, "--",
+            "python", "-c", "import os; print(os.environ.get('OTHER_CLONE', 'this checkout'))", cwd=e2e_project,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == "this checkout"
+        assert f"note: {repo_name}:cpu-py311 names another build" in res.stderr
+        res = envbuild("push", "cpu-py311", "--tag", repo_name, "--registry", target, "--json", cwd=e2e_project)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert json.loads(res.stdout)["image_id"] == built_cpu["image_id"]
+    finally:
+        docker_client.images.get(built_cpu["image_id"]).tag(repo_name, tag="cpu-py311")
+        docker_client.images.remove(other.id, force=True, noprune=True)
+        for tag in ("cpu-py311", built_cpu["labels"]["org.opencontainers.image.version"]):
+            with contextlib.suppress(Exception):
+                docker_client.images.remove(f"{target}:{tag}", noprune=True)

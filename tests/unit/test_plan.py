@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuild import freshness, lockfile, publish, validate
+from envbuild import freshness, localimage, lockfile, validate
 from envbuild import plan as plan_mod
 from envbuild.names import LABEL_LOCK_SHA
 from envbuild.project import open_project
@@ -23,7 +23,7 @@ from tests.conftest import Result
 def _facts(project: Path, name: str) -> dict[str, str]:
     proj = open_project(str(project))
     prof = validate.load_named(proj, name)
-    return {label: value for _, label, value in publish.local_facts(proj, prof)}
+    return {label: value for _, label, value in localimage.local_facts(proj, prof)}
 
 
 def _edit(path: Path, old: str, new: str) -> None:

@@ -121,6 +121,24 @@ def note_if_stale(proj: Any, prof: Any, ref: str, labels: dict[str, str]) -> Non
             f"note: {ref} was not built from today's profile and lockfiles ({stale[0]}); "
             f"`envbuild build {prof.name}` builds them (`envbuild status` shows it stale)"
         )
+    from envbuild.names import UNTESTED, moving_tag
+
+    moving = moving_tag(ref.rpartition(":")[0], prof.name)  # the same repository as the build it took
+    if ref not in (moving, moving + UNTESTED) and _image_id(moving) not in (None, _image_id(ref)):
+        output.err().print(
+            f"note: {moving} names another build (other lockfiles: another clone's build on this engine, or a "
+            f"pull); this command takes {ref}, the build of this checkout's profile and lockfiles"
+        )
+
+
+def _image_id(ref: str) -> str | None:
+    from envbuild import engine
+    from envbuild.errors import ImageMissing
+
+    try:
+        return str(engine.local_image(engine.client(), ref).id)
+    except ImageMissing:
+        return None
 
 
 def step_printer() -> Any:
