@@ -124,21 +124,23 @@ def note_if_stale(proj: Any, prof: Any, ref: str, labels: dict[str, str]) -> Non
     from envbuild.names import UNTESTED, moving_tag
 
     moving = moving_tag(ref.rpartition(":")[0], prof.name)  # the same repository as the build it took
-    if ref not in (moving, moving + UNTESTED) and _image_id(moving) not in (None, _image_id(ref)):
+    if ref not in (moving, moving + UNTESTED) and _another_image(moving, ref):
         output.err().print(
             f"note: {moving} names another build (other lockfiles: another clone's build on this engine, or a "
             f"pull); this command takes {ref}, the build of this checkout's profile and lockfiles"
         )
 
 
-def _image_id(ref: str) -> str | None:
+def _another_image(ref: str, taken: str) -> bool:
+    """Whether `ref` names an image, and another one than `taken` names."""
     from envbuild import engine
     from envbuild.errors import ImageMissing
 
+    cli = engine.client()
     try:
-        return str(engine.local_image(engine.client(), ref).id)
+        return str(engine.local_image(cli, ref).id) != str(engine.local_image(cli, taken).id)
     except ImageMissing:
-        return None
+        return False
 
 
 def step_printer() -> Any:
