@@ -32,7 +32,9 @@ def repository(project: Project, repo: str | None) -> str:
     return repo or project.repository
 
 
-def profile_image(cli: Any, project: Project, prof: Profile, repo: str | None = None) -> tuple[str, Any]:
+def profile_image(
+    cli: Any, project: Project, prof: Profile, repo: str | None = None, facts: list[tuple[str, str, str]] | None = None
+) -> tuple[str, Any]:
     """(ref, image) that a profile's name stands for when a command is given it instead of an image:
     REPO:NAME, the tag `run` starts and `push` publishes, built here or pulled; else, before any
     build passed its smoke test, the newest `--no-smoke` build (REPO:NAME-untested). REPO:NAME is
@@ -42,9 +44,10 @@ def profile_image(cli: Any, project: Project, prof: Profile, repo: str | None = 
     and `push` took the other clone's image. An image built FROM this checkout's (a team's tweak
     tagged REPO:NAME) carries its digest, and stays what the name stands for.
 
+    `facts`: local_facts of the profile where the caller has them already.
     ImageMissing, a usage error naming REPO:NAME, when there is none of them."""
     moving = moving_tag(repository(project, repo), prof.name)
-    digest = current_digest(project, prof)
+    digest = current_digest(local_facts(project, prof) if facts is None else facts)
     named = _local(cli, moving, prof.name)
     ours = named is not None and dict(named.labels or {}).get(LABEL_CONTENT_DIGEST) == digest
     first = [immutable_tag(repository(project, repo), prof.name, digest)] if digest and not ours else []
@@ -66,14 +69,15 @@ def _local(cli: Any, ref: str, profile: str) -> Any:
         return None
 
 
-def current_digest(project: Project, prof: Profile) -> str:
+def current_digest(facts: list[tuple[str, str, str]]) -> str:
     """The content digest (io.envbuild.content-digest) a build of this checkout's profile and
-    lockfiles carries, from the inputs the build digests; "" without a readable lockfile."""
-    facts = {label: value for _, label, value in local_facts(project, prof)}
-    lock, apt = facts[LABEL_LOCK_SHA], facts[LABEL_APT_LOCK_SHA]
+    lockfiles carries, from their local_facts (the inputs the build digests); "" without a
+    readable lockfile."""
+    local = {label: value for _, label, value in facts}
+    lock, apt = local[LABEL_LOCK_SHA], local[LABEL_APT_LOCK_SHA]
     if len(lock) != 64:
         return ""
-    return content_digest(lock, facts[LABEL_IMAGE_DIGEST], apt if len(apt) == 64 else "")
+    return content_digest(lock, local[LABEL_IMAGE_DIGEST], apt if len(apt) == 64 else "")
 
 
 def local_facts(project: Project, prof: Profile) -> list[tuple[str, str, str]]:

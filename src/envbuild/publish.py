@@ -164,7 +164,8 @@ def push(
     say = events or quiet
     cli = engine.client()
     # the build of this checkout's lockfiles first: REPO:NAME may be another clone's (another branch)
-    local, image = profile_image(cli, project, prof, repo)
+    facts = local_facts(project, prof)
+    local, image = profile_image(cli, project, prof, repo, facts)
     labels = dict(image.labels or {})
     smoke = smokerecord.state(image.attrs)
     if smoke != "passed":
@@ -173,7 +174,7 @@ def push(
             f"{local} ({image.id[:19]}) {why}; refusing to push it",
             hint=f"build it with the smoke test: envbuild build {prof.name} (without --no-smoke)",
         )
-    if stale := compare(project, prof, labels):
+    if stale := mismatches(facts, labels):
         # REPO:NAME published as this profile's image, while the checkout's lockfile says otherwise:
         # CI installing the lockfile and a user pulling the tag would get two environments
         raise PublishError(

@@ -109,13 +109,14 @@ def load_profile(proj: Any, name: str) -> Any:
     return validate.load_named(proj, name)
 
 
-def note_if_stale(proj: Any, prof: Any, ref: str, labels: dict[str, str]) -> None:
+def note_if_stale(proj: Any, prof: Any, ref: str, labels: dict[str, str], cli: Any, facts: Any = None) -> None:
     """A note when the image a profile's name stands for is not a build of today's profile and
     lockfiles (a re-lock or an edit not built yet): `run` would run the old packages and settings,
-    and `smoke` test them, without a word, while `status` said stale."""
-    from envbuild import publish
+    and `smoke` test them, without a word, while `status` said stale. `facts`: the profile's
+    localimage.local_facts where the caller has them."""
+    from envbuild import localimage, publish
 
-    stale = publish.compare(proj, prof, labels)
+    stale = publish.mismatches(localimage.local_facts(proj, prof) if facts is None else facts, labels)
     if stale:
         output.err().print(
             f"note: {ref} was not built from today's profile and lockfiles ({stale[0]}); "
@@ -124,19 +125,18 @@ def note_if_stale(proj: Any, prof: Any, ref: str, labels: dict[str, str]) -> Non
     from envbuild.names import UNTESTED, moving_tag
 
     moving = moving_tag(ref.rpartition(":")[0], prof.name)  # the same repository as the build it took
-    if ref not in (moving, moving + UNTESTED) and _another_image(moving, ref):
+    if ref not in (moving, moving + UNTESTED) and _another_image(cli, moving, ref):
         output.err().print(
             f"note: {moving} names another build (other lockfiles: another clone's build on this engine, or a "
             f"pull); this command takes {ref}, the build of this checkout's profile and lockfiles"
         )
 
 
-def _another_image(ref: str, taken: str) -> bool:
+def _another_image(cli: Any, ref: str, taken: str) -> bool:
     """Whether `ref` names an image, and another one than `taken` names."""
     from envbuild import engine
     from envbuild.errors import ImageMissing
 
-    cli = engine.client()
     try:
         return str(engine.local_image(cli, ref).id) != str(engine.local_image(cli, taken).id)
     except ImageMissing:

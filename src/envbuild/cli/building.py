@@ -284,7 +284,8 @@ def smoke(
     if prof is not None and not local:
         from envbuild import engine
 
-        note_if_stale(proj, prof, report["ref"], dict(engine.local_image(engine.client(), report["ref"]).labels or {}))
+        cli = engine.client()
+        note_if_stale(proj, prof, report["ref"], dict(engine.local_image(cli, report["ref"]).labels or {}), cli)
     if report.get("smoke_record") == "altered":
         from envbuild import smokerecord
 

@@ -288,7 +288,8 @@ def run_image(
             "lists them); --gpus none starts it without GPUs",
         )
     # Looked up first: `docker run` would otherwise go looking for the image on Docker Hub and fail there.
-    image, found = localimage.profile_image(engine.client(), proj, prof, tag)
+    cli, facts = engine.client(), localimage.local_facts(proj, prof)
+    image, found = localimage.profile_image(cli, proj, prof, tag, facts)
     tested = smokerecord.state(found.attrs)
     if image.endswith(UNTESTED) or tested == "untested":
         output.err().print(f"note: {image} is a --no-smoke build; no smoke test has passed in it")
@@ -297,7 +298,7 @@ def run_image(
             f"note: {image} is not the image that passed the smoke test: {smokerecord.ALTERED}; "
             f"`envbuild build {name}` puts the tested one back under this tag"
         )
-    note_if_stale(proj, prof, image, dict(found.labels or {}))
+    note_if_stale(proj, prof, image, dict(found.labels or {}), cli, facts)
     argv = runner.docker_argv(
         prof,
         image,
