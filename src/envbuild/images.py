@@ -12,14 +12,16 @@ tags its image last).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envbuild import build as build_mod
-from envbuild import engine, enginelost, freshness, layering, localimage, publish, smokerecord, validate
+from envbuild import engine, enginelost, freshness, layering, localimage, publish, smokerecord, validate, wheelcache
 from envbuild import plan as plan_mod
-from envbuild.errors import ProfileError
+from envbuild.errors import EnvbuildError, ProfileError
 from envbuild.names import (
     LABEL_ACCELERATOR,
     LABEL_LAYER,
@@ -36,7 +38,7 @@ from envbuild.names import (
     quiet,
 )
 from envbuild.profile import Profile
-from envbuild.project import Project, same_source, source_label
+from envbuild.project import Project, open_project, same_source, source_label
 
 LOCK_LABEL = LABEL_LOCK_SHA
 
@@ -80,10 +82,12 @@ def classify(
     *,
     building: frozenset[str] = frozenset(),
     superseded: frozenset[str] = frozenset(),
+    elsewhere: Callable[[str, dict[str, str]], str | None] = lambda _p, _l: None,
 ) -> ImageRow:
     """One image's state and whether pruning keeps it. Pure: everything it knows comes in.
 
-    `superseded`: builder-stage images of the current lockfile that a newer build replaced."""
+    `superseded`: builder-stage images of the current lockfile that a newer build replaced.
+    `elsewhere(profile, labels)`: the other checkout where an image is current, if one is."""
     labels: dict[str, str] = dict((attrs.get("Config") or {}).get("Labels") or {})
     profile = labels.get(LABEL_PROFILE, "?")
     stage = labels.get(LABEL_STAGE, "runtime")
@@ -138,6 +142,8 @@ def classify(
         row.reason = f"not envbuild's: tagged {foreign[0]}" if foreign else "not envbuild's: derived from its image"
     elif row.state in {"current", "unknown"}:
         row.keep, row.reason = True, row.state
+    elif row.state in {"stale", "orphan"} and (where := elsewhere(profile, labels)):
+        row.keep, row.reason = True, f"current in the checkout at {where}"
     elif moving:
         row.keep, row.reason = True, f"tagged {moving[0].rsplit('/', 1)[-1]}"
     else:
@@ -154,8 +160,7 @@ def survey(
     cli = engine.client(timeout=enginelost.ping_timeout())
     source = source_label(project)
     expected = validate.load_all(project, names) if expected is None else expected
-    # The local lockfile's hash, once per profile rather than once per image.
-    facts = {n: localimage.local_facts(project, p) for n, p in expected.items() if isinstance(p, Profile)}
+    here = _checkout(project, expected)
     users: dict[str, list[str]] = {}
     for c in cli.api.containers(all=True):
         users.setdefault(str(c.get("ImageID", "")), []).append(str((c.get("Names") or ["?"])[0]).lstrip("/"))
@@ -167,17 +172,17 @@ def survey(
         and (not names or (s.get("Labels") or {}).get(LABEL_PROFILE) in names)
     ]
 
-    current = {
-        n: (next(v for _, label, v in f if label == LOCK_LABEL), _layer_digests(project, expected[n]))
-        for n, f in facts.items()
-    }
-
     def compare(prof: Profile, labels: dict[str, str]) -> list[str]:
-        if labels.get(LABEL_STAGE) == "builder":
-            return _cache_mismatches(labels, *current[prof.name])
-        return publish.mismatches(facts[prof.name], labels)
+        return here.mismatches(prof.name, labels) or []
 
-    replaced = _superseded(ours, current)
+    @functools.cache
+    def others() -> list[_Checkout]:  # asked only of an image that would otherwise go
+        return _other_checkouts(project, source)
+
+    def elsewhere(profile: str, labels: dict[str, str]) -> str | None:
+        return next((str(o.root) for o in others() if o.mismatches(profile, labels) == []), None)
+
+    replaced = _superseded(ours, here.current)
     rows = [
         classify(
             str(s["Id"]),
@@ -187,6 +192,7 @@ def survey(
             users,
             building=busy,
             superseded=replaced,
+            elsewhere=elsewhere,
         )
         for s in ours
     ]
@@ -194,6 +200,53 @@ def survey(
     rows.sort(key=lambda r: r.profile)  # stable: by profile, newest first within one
     cli.api.timeout = 60  # the caller's next calls (removing a 5 GB image) may take longer
     return cli, Survey(rows)
+
+
+@dataclass(frozen=True)
+class _Checkout:
+    """What one checkout would build now: each profile's local facts (the final image's labels), and
+    its lockfile's sha256 with its layers' digests (the build caches')."""
+
+    root: Path
+    facts: dict[str, list[tuple[str, str, str]]]
+    current: dict[str, tuple[str, dict[str, str]]]
+
+    def mismatches(self, profile: str, labels: dict[str, str]) -> list[str] | None:
+        """Why an image of `profile` is not what this checkout would build; None: no such profile here."""
+        if profile not in self.facts:
+            return None
+        if labels.get(LABEL_STAGE) == "builder":
+            return _cache_mismatches(labels, *self.current[profile])
+        return publish.mismatches(self.facts[profile], labels)
+
+
+def _checkout(project: Project, expected: dict[str, Profile | ProfileError]) -> _Checkout:
+    # The local lockfile's hash, once per profile rather than once per image.
+    facts = {n: localimage.local_facts(project, p) for n, p in expected.items() if isinstance(p, Profile)}
+    current = {
+        n: (next(v for _, label, v in f if label == LOCK_LABEL), _layer_digests(project, expected[n]))
+        for n, f in facts.items()
+    }
+    return _Checkout(project.root, facts, current)
+
+
+def _other_checkouts(project: Project, source: str) -> list[_Checkout]:
+    """The other checkouts of this repository (same source label) that still exist and built with
+    this host's wheel cache, which notes every project that built with it. One that cannot be read
+    now (a config broken mid-edit, another user's folder) is left out: its builds look stale here."""
+    found = []
+    for lockfiles in wheelcache.other_users(project.lockfiles_dir):
+        for folder in list(lockfiles.parents)[:3]:  # the project whose lockfiles folder this is
+            try:
+                other = open_project(str(folder))
+                if other.lockfiles_dir.resolve() != lockfiles or not other.profiles_dir.is_dir():
+                    continue
+                if same_source(source_label(other), source):
+                    found.append(_checkout(other, validate.load_all(other)))
+            except (EnvbuildError, OSError):
+                pass
+            break
+    return found
 
 
 def _layer_digests(project: Project, prof: Profile | ProfileError) -> dict[str, str]:

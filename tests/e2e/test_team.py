@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from ..conftest import REPO
-from .conftest import BASE, derived, envbuild
+from .conftest import BASE, derived, envbuild, local_build
 
 pytestmark = pytest.mark.e2e
 
@@ -429,3 +430,37 @@ def test_another_clone_that_built_last_does_not_change_what_this_checkout_runs_o
         for tag in ("cpu-py311", built_cpu["labels"]["org.opencontainers.image.version"]):
             with contextlib.suppress(Exception):
                 docker_client.images.remove(f"{target}:{tag}", noprune=True)
+
+
+def test_a_prune_keeps_the_tested_build_of_another_clone(
+    built_cpu: dict[str, Any], docker_client: Any, e2e_project: Path, repo_name: str, tmp_path: Path
+) -> None:
+    """Bob's clone (its origin is this project: one source, one repository) builds cpu-py311 with one
+    more variable. From this checkout his image is stale, and `images --prune` here removed his
+    tested build, so his next `run` rebuilt it (a CUDA image: five minutes and 5.6 GB again). Once
+    his clone is gone, his image is a leftover like any other."""
+    bob = tmp_path / "bob"
+    for part in ("profiles", "lockfiles", "checks"):
+        shutil.copytree(e2e_project / part, bob / part)
+    with (bob / "profiles" / "cpu-py311.yaml").open("a") as f:
+        f.write('env:\n  OTHER_CLONE: "1"\n')
+    for git in (["init", "-q"], ["remote", "add", "origin", str(e2e_project)]):
+        subprocess.run(["git", *git], cwd=bob, check=True)
+    try:
+        res = envbuild(*local_build("cpu-py311", repo_name), "--json", cwd=bob)
+        assert res.returncode == 0, res.stderr[-4000:]
+        theirs = json.loads(res.stdout)["image_id"]
+        assert theirs != built_cpu["image_id"]
+        # Alice builds again (from the cache): the profile's tag is hers; his build keeps NAME-<digest>
+        docker_client.images.get(built_cpu["image_id"]).tag(repo_name, tag="cpu-py311")
+        res = envbuild("images", "cpu-py311", "--prune", "--dry-run", "--json", cwd=e2e_project)
+        assert res.returncode == 0, res.stderr
+        row = next(r for r in json.loads(res.stdout)["images"] if r["image_id"] == theirs)
+        assert (row["state"], row["keep"]) == ("stale", True), row
+        assert row["reason"] == f"current in the checkout at {bob}"
+        shutil.rmtree(bob)
+        res = envbuild("images", "cpu-py311", "--prune", "--dry-run", "--json", cwd=e2e_project)
+        row = next(r for r in json.loads(res.stdout)["images"] if r["image_id"] == theirs)
+        assert (row["keep"], row["reason"]) == (False, "removable"), row
+    finally:
+        docker_client.images.get(built_cpu["image_id"]).tag(repo_name, tag="cpu-py311")

@@ -184,6 +184,29 @@ def test_untagged_leftovers_and_images_of_deleted_profiles_can_go() -> None:
     assert orphan.why == "no profile cu122-py311 in profiles/"
 
 
+def test_an_image_current_in_another_checkout_stays_and_says_where() -> None:
+    """Another clone (another branch, other lockfiles, a profile only it has) built these: stale or
+    unknown here, its tested build there."""
+
+    def elsewhere(profile: str, labels: dict[str, str]) -> str | None:
+        return "/home/bob/envs" if labels["io.envbuild.lock-sha256"] == "b" * 64 else None
+
+    def row(attrs: dict[str, Any]) -> images.ImageRow:
+        return images.classify("sha256:" + "1" * 64, attrs, {"cu121-py311": PROF}, _compare, {}, elsewhere=elsewhere)
+
+    for theirs in (
+        _attrs([f"envbuild:cu121-py311-{'b' * 12}"], lock="b" * 64),
+        _attrs([f"envbuild:cu122-py311-{'b' * 12}"], lock="b" * 64, name="cu122-py311"),
+    ):
+        got = row(theirs)
+        assert (got.state in {"stale", "orphan"}, got.keep) == (True, True)
+        assert got.reason == "current in the checkout at /home/bob/envs"
+    mine_before = row(_attrs([f"envbuild:cu121-py311-{'c' * 12}"], lock="c" * 64))
+    assert (mine_before.keep, mine_before.reason) == (False, "removable")
+    leftover = row(_attrs(["<none>:<none>"], lock="b" * 64, smoke=False))
+    assert (leftover.state, leftover.keep) == ("untagged", False)
+
+
 def test_a_profile_that_does_not_validate_keeps_its_images() -> None:
     broken = ProfileError("profiles/cu121-py311.yaml is not valid")
     row = _row(_attrs([f"envbuild:cu121-py311-{'b' * 12}"], lock="b" * 64), expected={"cu121-py311": broken})
