@@ -1225,3 +1225,39 @@ def test_only_runs_the_named_checks_and_a_name_it_has_not_fails_the_run(tmp_path
     ran = report.run(ctx, ["check:other.py"])
     assert not ran["passed"] and ran["failed"] == ["check:other.py"]
     assert ran["checks"][0]["remedy"].endswith("perf, check:ok.py")
+
+
+def test_a_derived_images_install_that_moved_locked_packages_is_told_how_to_keep_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pip install lightning` in an image built FROM the envbuild image took fsspec back a year; the
+    remedy was "do not pip install into an envbuild environment", which is what that image is for.
+    With --lock-match pins it now names the pins to keep in that install. Here the test's own venv
+    plays the image: its pytest stands for the moved package."""
+    from types import ModuleType, SimpleNamespace
+
+    from envbuild.smoke.inside import versions
+
+    torch = ModuleType("torch")
+    torch.__version__ = "2.13.0+cpu"  # type: ignore[attr-defined]
+    torch.version = SimpleNamespace(cuda=None, hip=None)  # type: ignore[attr-defined]
+    numpy = ModuleType("numpy")
+    numpy.__version__ = "2.1.3"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "numpy", numpy)
+    expect = {"profile": "cpu-py311", "accelerator": "cpu", "packages": {"pytest": "0.0.1"}}
+    with pytest.raises(CheckFailed) as failed:
+        versions.check_versions(_ctx(expect, lock_match="pins"), Result("versions"))
+    assert failed.value.reason.startswith("versions differ from the lockfile: pytest ")
+    assert failed.value.remedy.startswith(
+        "the install in the image built FROM this one changed locked packages: add pytest==0.0.1 to that pip install"
+    )
+    assert "envbuild lock cpu-py311 && envbuild build cpu-py311" in failed.value.remedy
+    for ctx in (  # the image itself, a host's interpreter, a package gone as well: not a derived install's move
+        _ctx(expect, lock_match="exact"),
+        _ctx(expect, lock_match="pins", local=True),
+        _ctx({**expect, "packages": {"pytest": "0.0.1", "no-such-dist": "1"}}, lock_match="pins"),
+    ):
+        with pytest.raises(CheckFailed) as failed:
+            versions.check_versions(ctx, Result("versions"))
+        assert "changed locked packages" not in failed.value.remedy

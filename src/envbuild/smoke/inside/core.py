@@ -77,6 +77,17 @@ class Context:
             "do not pip install into an envbuild environment"
         )
 
+    def moved_pins_remedy(self, locked: list[str]) -> str:
+        """An image built FROM an envbuild image whose own install moved locked packages (pip took
+        fsspec back a year for lightning): how to keep them. `locked`: each as NAME==VERSION."""
+        name = self.expect.get("profile") or "NAME"
+        return (
+            f"the install in the image built FROM this one changed locked packages: add {' '.join(locked)} "
+            "to that pip install (pip then takes versions of the new packages that agree with them, or "
+            f"names the conflict), or add the new packages to the profile (envbuild lock {name} && "
+            f"envbuild build {name}: one resolution for all)"
+        )
+
     @property
     def accelerator(self) -> str:
         return str(self.expect.get("accelerator") or _detect_accelerator(self.torch))

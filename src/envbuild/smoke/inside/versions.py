@@ -51,6 +51,7 @@ def check_versions(ctx: Context, r: Result) -> None:
         problems.append(f"numpy {numpy.__version__}, expected {exp['numpy']}")
     locked = {_canon(k): v for k, v in (exp.get("packages") or {}).items()}
     unlocked: list[str] = []  # distributions the lockfile lacks, where they fail the check
+    moved: list[str] = []  # locked distributions installed at another version
     if locked and ctx.lock_match != "none":
         installed = {}
         for dist in metadata.distributions():
@@ -58,9 +59,8 @@ def check_versions(ctx: Context, r: Result) -> None:
             if name:
                 installed[_canon(name)] = dist.version
         missing = sorted(n for n in locked if n not in installed)
-        other = sorted(
-            f"{n} {installed[n]} (lock: {v})" for n, v in locked.items() if n in installed and installed[n] != v
-        )
+        moved = sorted(n for n, v in locked.items() if n in installed and installed[n] != v)
+        other = [f"{n} {installed[n]} (lock: {locked[n]})" for n in moved]
         extra = sorted(n for n in installed if n not in locked and n not in BOOTSTRAP)
         r.facts.update(locked_packages=len(locked), installed_packages=len(installed))
         if missing:
@@ -74,7 +74,10 @@ def check_versions(ctx: Context, r: Result) -> None:
             r.facts["not_in_lockfile"] = extra
     if problems:
         only_added = bool(unlocked) and len(problems) == 1
-        raise CheckFailed("; ".join(problems), ctx.environment_remedy(or_change_profile=True, only_added=only_added))
+        remedy = ctx.environment_remedy(or_change_profile=True, only_added=only_added)
+        if moved and len(problems) == 1 and ctx.lock_match == "pins" and not ctx.local:
+            remedy = ctx.moved_pins_remedy([f"{n}=={locked[n]}" for n in moved])
+        raise CheckFailed("; ".join(problems), remedy)
 
 
 def check_libs(ctx: Context, r: Result) -> None:
