@@ -68,10 +68,14 @@ def parse(text: str) -> Located:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "malformed YAML"
+        lines = text.split("\n")
+        here = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+        tab = mark is not None and here[mark.column : mark.column + 1] == "\t"
         raise YamlProblem(
-            f"malformed YAML: {problem}",
+            f"malformed YAML: {problem}" + (" (a tab: YAML indents with spaces only)" if tab else ""),
             mark.line + 1 if mark else None,
             mark.column + 1 if mark else None,
+            hint="replace the tab with spaces (e.g. two per level)" if tab else "",
         ) from exc
     except yaml.YAMLError as exc:
         raise YamlProblem(f"malformed YAML: {exc}") from exc

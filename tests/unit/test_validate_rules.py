@@ -205,6 +205,14 @@ def test_malformed_yaml_has_line_and_column(write_profile: Callable[..., Path]) 
     assert msg.startswith("cu121-py311.yaml:3: malformed YAML") and "(column" in msg
 
 
+def test_a_tab_in_the_indentation_is_named_with_its_fix(write_profile: Callable[..., Path]) -> None:
+    # an editor that keeps tabs: YAML's own words ("cannot start any token") do not say what is wrong
+    msg = only_error(write_profile(text='name: cu121-py311\nenv:\n\tA: "1"\n'))
+    assert msg.startswith("cu121-py311.yaml:3: malformed YAML: found character that cannot start any token (a tab")
+    assert msg.endswith("replace the tab with spaces (e.g. two per level)")
+    assert "tab" not in only_error(write_profile(text="name: cu121-py311\npython: [3.11\ntorch: 2\n"))
+
+
 def test_bad_pep508(write_profile: Callable[..., Path]) -> None:
     msg = only_error(write_profile(packages=["einops==0.8.0", "not a requirement!"]))
     assert "packages[1]: 'not a requirement!' is not a PEP 508 requirement" in msg
