@@ -72,7 +72,8 @@ def parse(text: str) -> Located:
         here = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
         tab = mark is not None and here[mark.column : mark.column + 1] == "\t"
         raise YamlProblem(
-            f"malformed YAML: {problem}" + (" (a tab: YAML indents with spaces only)" if tab else ""),
+            f"malformed YAML: {problem}"
+            + (" (a tab: YAML indents with spaces only)" if tab and "tab" not in problem else ""),
             mark.line + 1 if mark else None,
             mark.column + 1 if mark else None,
             hint="replace the tab with spaces (e.g. two per level)" if tab else "",
