@@ -82,12 +82,12 @@ def classify(
     *,
     building: frozenset[str] = frozenset(),
     superseded: frozenset[str] = frozenset(),
-    elsewhere: Callable[[str, dict[str, str]], str | None] = lambda _p, _l: None,
+    elsewhere: Callable[[str, dict[str, str]], str] = lambda _p, _l: "",
 ) -> ImageRow:
     """One image's state and whether pruning keeps it. Pure: everything it knows comes in.
 
     `superseded`: builder-stage images of the current lockfile that a newer build replaced.
-    `elsewhere(profile, labels)`: the other checkout where an image is current, if one is."""
+    `elsewhere(profile, labels)`: why another checkout needs the image ("" if none does)."""
     labels: dict[str, str] = dict((attrs.get("Config") or {}).get("Labels") or {})
     profile = labels.get(LABEL_PROFILE, "?")
     stage = labels.get(LABEL_STAGE, "runtime")
@@ -142,8 +142,8 @@ def classify(
         row.reason = f"not envbuild's: tagged {foreign[0]}" if foreign else "not envbuild's: derived from its image"
     elif row.state in {"current", "unknown"}:
         row.keep, row.reason = True, row.state
-    elif row.state in {"stale", "orphan"} and (where := elsewhere(profile, labels)):
-        row.keep, row.reason = True, f"current in the checkout at {where}"
+    elif row.state in {"stale", "orphan"} and (needed := elsewhere(profile, labels)):
+        row.keep, row.reason = True, needed
     elif moving:
         row.keep, row.reason = True, f"tagged {moving[0].rsplit('/', 1)[-1]}"
     else:
@@ -179,8 +179,8 @@ def survey(
     def others() -> list[_Checkout]:  # asked only of an image that would otherwise go
         return _other_checkouts(project, source)
 
-    def elsewhere(profile: str, labels: dict[str, str]) -> str | None:
-        return next((str(o.root) for o in others() if o.mismatches(profile, labels) == []), None)
+    def elsewhere(profile: str, labels: dict[str, str]) -> str:
+        return next((why for o in others() if (why := o.needs(profile, labels))), "")
 
     replaced = _superseded(ours, here.current)
     rows = [
@@ -210,6 +210,7 @@ class _Checkout:
     root: Path
     facts: dict[str, list[tuple[str, str, str]]]
     current: dict[str, tuple[str, dict[str, str]]]
+    invalid: frozenset[str] = frozenset()  # profiles that do not validate there: currency cannot be told
 
     def mismatches(self, profile: str, labels: dict[str, str]) -> list[str] | None:
         """Why an image of `profile` is not what this checkout would build; None: no such profile here."""
@@ -219,6 +220,13 @@ class _Checkout:
             return _cache_mismatches(labels, *self.current[profile])
         return publish.mismatches(self.facts[profile], labels)
 
+    def needs(self, profile: str, labels: dict[str, str]) -> str:
+        """Why this checkout needs an image that is stale or an orphan from another ("" if it does not),
+        by the rules `classify` keeps one by: it is current there, or its profile does not validate."""
+        if profile in self.invalid:
+            return f"unknown in the checkout at {self.root}: {profile} does not validate there"
+        return f"current in the checkout at {self.root}" if self.mismatches(profile, labels) == [] else ""
+
 
 def _checkout(project: Project, expected: dict[str, Profile | ProfileError]) -> _Checkout:
     # The local lockfile's hash, once per profile rather than once per image.
@@ -227,7 +235,8 @@ def _checkout(project: Project, expected: dict[str, Profile | ProfileError]) -> 
         n: (next(v for _, label, v in f if label == LOCK_LABEL), _layer_digests(project, expected[n]))
         for n, f in facts.items()
     }
-    return _Checkout(project.root, facts, current)
+    invalid = frozenset(n for n, p in expected.items() if not isinstance(p, Profile))
+    return _Checkout(project.root, facts, current, invalid)
 
 
 def _other_checkouts(project: Project, source: str) -> list[_Checkout]:

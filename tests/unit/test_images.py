@@ -188,8 +188,9 @@ def test_an_image_current_in_another_checkout_stays_and_says_where() -> None:
     """Another clone (another branch, other lockfiles, a profile only it has) built these: stale or
     unknown here, its tested build there."""
 
-    def elsewhere(profile: str, labels: dict[str, str]) -> str | None:
-        return "/home/bob/envs" if labels["io.envbuild.lock-sha256"] == "b" * 64 else None
+    def elsewhere(profile: str, labels: dict[str, str]) -> str:
+        theirs = labels["io.envbuild.lock-sha256"] == "b" * 64
+        return "current in the checkout at /home/bob/envs" if theirs else ""
 
     def row(attrs: dict[str, Any]) -> images.ImageRow:
         return images.classify("sha256:" + "1" * 64, attrs, {"cu121-py311": PROF}, _compare, {}, elsewhere=elsewhere)
@@ -205,6 +206,24 @@ def test_an_image_current_in_another_checkout_stays_and_says_where() -> None:
     assert (mine_before.keep, mine_before.reason) == (False, "removable")
     leftover = row(_attrs(["<none>:<none>"], lock="b" * 64, smoke=False))
     assert (leftover.state, leftover.keep) == ("untagged", False)
+
+
+def test_another_checkout_needs_what_it_would_build_and_the_images_of_a_profile_it_cannot_validate() -> None:
+    """The rules a checkout keeps its own images by, applied to another's: current there, or of a
+    profile that does not validate there (bob mid-edit); a profile it does not have needs nothing."""
+    lock = "io.envbuild.lock-sha256"
+    bob = images._Checkout(
+        Path("/home/bob/envs"),
+        facts={"cu121-py311": [("lockfile sha256", lock, "b" * 64)]},
+        current={"cu121-py311": ("b" * 64, {"torch": "f" * 64})},
+        invalid=frozenset({"cu124-py312"}),
+    )
+    assert bob.needs("cu121-py311", {lock: "b" * 64}) == "current in the checkout at /home/bob/envs"
+    assert bob.needs("cu121-py311", {lock: "c" * 64}) == ""
+    builder = {"io.envbuild.stage": "builder", "io.envbuild.layer": "torch", "io.envbuild.layer-sha256": "f" * 64}
+    assert bob.needs("cu121-py311", builder) == "current in the checkout at /home/bob/envs"
+    assert bob.needs("cu124-py312", {lock: "c" * 64}).startswith("unknown in the checkout at /home/bob/envs: cu124")
+    assert bob.needs("cpu-py311", {lock: "b" * 64}) == ""
 
 
 def test_a_profile_that_does_not_validate_keeps_its_images() -> None:
