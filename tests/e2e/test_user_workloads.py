@@ -134,21 +134,26 @@ def test_a_failing_project_check_fails_the_smoke_test_and_is_named(
         docker_client.images.remove(broken.id, force=True)
 
 
-def _wheel(folder: Path) -> Path:
-    """A real, minimal wheel made here (no index needed): hello-envbuild 1.0."""
-    name = "hello_envbuild-1.0-py3-none-any.whl"
+def _wheel(
+    folder: Path,
+    module: str = "hello_envbuild",
+    version: str = "1.0",
+    body: bytes = b"GREETING = 'hello from a derived image'\n",
+) -> Path:
+    """A real, minimal wheel made here (no index needed): hello-envbuild 1.0, or another module's."""
+    info = f"{module}-{version}.dist-info"
+    name = f"{module}-{version}-py3-none-any.whl"
     files = {
-        "hello_envbuild/__init__.py": b"GREETING = 'hello from a derived image'\n",
-        "hello_envbuild-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: hello-envbuild\nVersion: 1.0\n",
-        "hello_envbuild-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: envbuild-e2e\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n",
+        f"{module}/__init__.py": body,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: envbuild-e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
     for path, data in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record.append(f"{path},sha256={digest},{len(data)}")
-    record.append("hello_envbuild-1.0.dist-info/RECORD,,")
-    files["hello_envbuild-1.0.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    record.append(f"{info}/RECORD,,")
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     out = folder / name
     with zipfile.ZipFile(out, "w") as zf:
         for path, data in files.items():
@@ -249,6 +254,37 @@ def test_an_image_built_from_an_envbuild_image_adds_a_package(
             assert "--lock-match pins" in _check(failed, "versions")["remedy"]  # says how to check such an image
         finally:
             exact.remove(force=True)
+    finally:
+        docker_client.images.remove(image.id, force=True)
+
+
+def test_a_derived_install_that_moves_a_locked_package_is_told_which_pin_to_keep(
+    docker_client: Any, built_cpu: dict[str, Any], tmp_path: Path
+) -> None:
+    """`pip install lightning` in a derived image took the locked fsspec back a year (lightning 2.5.1
+    caps it), and --lock-match pins said "do not pip install into an envbuild environment", which is
+    what a derived image is for. Here an install of another einops moves the locked 0.8.1."""
+    wheel = _wheel(tmp_path, "einops", "0.7.0", b"__version__ = '0.7.0'\n")
+    install = f"COPY {wheel.name} /tmp/\nRUN pip install --no-cache-dir --no-index --no-deps /tmp/{wheel.name}\n"
+    image = _build_with(docker_client, f"FROM {built_cpu['image_id']}\n{install}", wheel)
+    try:
+        only = ["--only", "versions", "--only", "integrity"]
+        run = docker_client.containers.run(
+            image.id, ["envbuild-smoke", *only, "--lock-match", "pins", "--json", "-"], detach=True
+        )
+        try:
+            assert run.wait()["StatusCode"] == 1
+            report = json.loads(run.logs(stdout=True, stderr=False).decode())
+        finally:
+            run.remove(force=True)
+        versions, integrity = _check(report, "versions"), _check(report, "integrity")
+        assert versions["reason"] == "versions differ from the lockfile: einops 0.7.0 (lock: 0.8.1)"
+        assert "einops: " in integrity["reason"] and integrity["status"] == "fail"
+        for check in (versions, integrity):
+            assert check["remedy"].startswith(
+                "the install in the image built FROM this one changed locked packages: add einops==0.8.1 to that "
+                "pip install"
+            ), check
     finally:
         docker_client.images.remove(image.id, force=True)
 

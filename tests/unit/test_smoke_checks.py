@@ -1253,6 +1253,9 @@ def test_a_derived_images_install_that_moved_locked_packages_is_told_how_to_keep
         "the install in the image built FROM this one changed locked packages: add pytest==0.0.1 to that pip install"
     )
     assert "envbuild lock cpu-py311 && envbuild build cpu-py311" in failed.value.remedy
+    # integrity's files of the moved package get the same remedy; one of a package not moved, not
+    assert versions.moved_remedy(_ctx(expect, lock_match="pins"), {"pytest"}) == failed.value.remedy
+    assert versions.moved_remedy(_ctx(expect, lock_match="pins"), {"pytest", "(no distribution)"}) == ""
     for ctx in (  # the image itself, a host's interpreter, a package gone as well: not a derived install's move
         _ctx(expect, lock_match="exact"),
         _ctx(expect, lock_match="pins", local=True),

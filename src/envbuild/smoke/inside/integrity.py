@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon, extension_module
 from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
 from .records import unlike_record
+from .versions import moved_remedy
 
 SHOWN = 5
 
@@ -393,4 +394,7 @@ def check_integrity(ctx: Context, r: Result) -> None:
                 "the OS Python changed: after an apt upgrade in an image built FROM this one, check it with "
                 "--lock-match pins, which lists that; otherwise " + remedy
             )
+        # the dist-info of the version an install replaced is no one's
+        touched = {*_by_owner(changed, owners), *_by_owner(removed, owners)} - {"(no distribution)"} | set(slipped)
+        remedy = (not (base or forged) and moved_remedy(ctx, touched)) or remedy
         raise CheckFailed("the environment differs from the image's build manifest: " + "; ".join(problems), remedy)

@@ -20,6 +20,25 @@ from .core import (
 )
 
 
+def installed_versions() -> dict[str, str]:
+    """{distribution (canonical name): version} of this interpreter's environment."""
+    return {_canon(d.metadata["Name"]): d.version for d in metadata.distributions() if d.metadata["Name"]}
+
+
+def moved_pins(locked: dict[str, str], installed: dict[str, str]) -> list[str]:
+    """The locked distributions installed at another version (sorted)."""
+    return sorted(n for n, v in locked.items() if n in installed and installed[n] != v)
+
+
+def moved_remedy(ctx: Context, dists: set[str]) -> str:
+    """How to keep `dists` where each is a locked distribution that an install in an image built FROM
+    this one moved to another version (checked with --lock-match pins); "" where one is not."""
+    pins = {_canon(k): str(v) for k, v in (ctx.expect.get("packages") or {}).items()}
+    if ctx.lock_match != "pins" or ctx.local or not dists or not dists <= set(moved_pins(pins, installed_versions())):
+        return ""
+    return ctx.moved_pins_remedy([f"{n}=={pins[n]}" for n in sorted(dists)])
+
+
 def check_versions(ctx: Context, r: Result) -> None:
     import numpy
     import torch
@@ -53,13 +72,9 @@ def check_versions(ctx: Context, r: Result) -> None:
     unlocked: list[str] = []  # distributions the lockfile lacks, where they fail the check
     moved: list[str] = []  # locked distributions installed at another version
     if locked and ctx.lock_match != "none":
-        installed = {}
-        for dist in metadata.distributions():
-            name = dist.metadata["Name"]
-            if name:
-                installed[_canon(name)] = dist.version
+        installed = installed_versions()
         missing = sorted(n for n in locked if n not in installed)
-        moved = sorted(n for n, v in locked.items() if n in installed and installed[n] != v)
+        moved = moved_pins(locked, installed)
         other = [f"{n} {installed[n]} (lock: {locked[n]})" for n in moved]
         extra = sorted(n for n in installed if n not in locked and n not in BOOTSTRAP)
         r.facts.update(locked_packages=len(locked), installed_packages=len(installed))
@@ -74,10 +89,10 @@ def check_versions(ctx: Context, r: Result) -> None:
             r.facts["not_in_lockfile"] = extra
     if problems:
         only_added = bool(unlocked) and len(problems) == 1
-        remedy = ctx.environment_remedy(or_change_profile=True, only_added=only_added)
-        if moved and len(problems) == 1 and ctx.lock_match == "pins" and not ctx.local:
-            remedy = ctx.moved_pins_remedy([f"{n}=={locked[n]}" for n in moved])
-        raise CheckFailed("; ".join(problems), remedy)
+        remedy = moved_remedy(ctx, set(moved)) if len(problems) == 1 else ""
+        raise CheckFailed(
+            "; ".join(problems), remedy or ctx.environment_remedy(or_change_profile=True, only_added=only_added)
+        )
 
 
 def check_libs(ctx: Context, r: Result) -> None:
