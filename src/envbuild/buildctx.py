@@ -208,7 +208,7 @@ def _local_dirs(links: tuple[str, ...]) -> list[Path]:
 
 
 def _cached_wheels(
-    houses: list[Path], lock: LockSnapshot, ca: Path | None, say: Events, fetch: bool, user: Path
+    houses: list[Path], lock: LockSnapshot, ca: Path | None, say: Events, fetch: bool, user: tuple[Path, Path]
 ) -> dict[Path, str]:
     """{cached wheel: distribution} for the lock's wheels: from the host's wheel cache, a local
     wheelhouse (matched by the locked hash, never anything else from there), or downloaded once from
@@ -322,7 +322,8 @@ def prepare(
     ca_path = opts.ca_bundle or (project.root / project.config.ca_bundle if project.config.ca_bundle else None)
     ca_text = _read_ca(ca_path) if ca_path is not None else None
     houses = _local_dirs(plan.source.find_links)  # the local wheelhouses: their wheels, and the sdists to build
-    placed = _cached_wheels(houses, lock, ca_path, say, fetch, project.lockfiles_dir) if prof.flavor == "venv" else {}
+    user = (project.lockfiles_dir, project.root)
+    placed = _cached_wheels(houses, lock, ca_path, say, fetch, user) if prof.flavor == "venv" else {}
     wheels = sorted(placed, key=lambda w: w.name)
     built = dataclasses.replace(plan, source=_build_source(plan, lock, placed))
     made = provenance(project, lock.path)

@@ -176,11 +176,11 @@ def survey(
         return here.mismatches(prof.name, labels) or []
 
     @functools.cache
-    def others() -> list[_Checkout]:  # asked only of an image that would otherwise go
+    def others() -> list[Callable[[str, dict[str, str]], str]]:  # asked only of an image that would go
         return _other_checkouts(project, source)
 
     def elsewhere(profile: str, labels: dict[str, str]) -> str:
-        return next((why for o in others() if (why := o.needs(profile, labels))), "")
+        return next((why for needs in others() if (why := needs(profile, labels))), "")
 
     replaced = _superseded(ours, here.current)
     rows = [
@@ -239,23 +239,39 @@ def _checkout(project: Project, expected: dict[str, Profile | ProfileError]) -> 
     return _Checkout(project.root, facts, current, invalid)
 
 
-def _other_checkouts(project: Project, source: str) -> list[_Checkout]:
-    """The other checkouts of this repository (same source label) that still exist and built with
-    this host's wheel cache, which notes every project that built with it. One that cannot be read
-    now (a config broken mid-edit, another user's folder) is left out: its builds look stale here."""
+def _other_checkouts(project: Project, source: str) -> list[Callable[[str, dict[str, str]], str]]:
+    """`needs` of each other checkout of this repository (same source label) that still exists and
+    built with this host's wheel cache, which notes every project that built with it. One that cannot
+    be read now (a config broken mid-edit, another user's folder) is left out: its builds look stale
+    here."""
     found = []
-    for lockfiles in wheelcache.other_users(project.lockfiles_dir):
-        for folder in list(lockfiles.parents)[:3]:  # the project whose lockfiles folder this is
+    for user in wheelcache.other_users(project.lockfiles_dir):
+        # the project whose lockfiles folder this is: the root its note names (older notes: a parent)
+        for folder in dict.fromkeys([*([user.root] if user.root else []), *list(user.lockfiles.parents)[:3]]):
             try:
                 other = open_project(str(folder))
-                if other.lockfiles_dir.resolve() != lockfiles or not other.profiles_dir.is_dir():
+                if other.lockfiles_dir.resolve() != user.lockfiles or not other.profiles_dir.is_dir():
                     continue
                 if same_source(source_label(other), source):
-                    found.append(_checkout(other, validate.load_all(other)))
+                    found.append(_needs_of(other))
             except (EnvbuildError, OSError):
                 pass
             break
     return found
+
+
+def _needs_of(other: Project) -> Callable[[str, dict[str, str]], str]:
+    """`_Checkout.needs` of another checkout, which reads only the profiles it is asked about: a prune
+    that keeps one of its images does not hash every lockfile it has."""
+
+    @functools.cache
+    def read(profile: str) -> _Checkout:
+        try:
+            return _checkout(other, validate.load_all(other, [profile]))
+        except (EnvbuildError, OSError):  # unreadable now: its builds look stale here
+            return _Checkout(other.root, {}, {})
+
+    return lambda profile, labels: read(profile).needs(profile, labels)
 
 
 def _layer_digests(project: Project, prof: Profile | ProfileError) -> dict[str, str]:

@@ -225,7 +225,7 @@ def _sources(project: Project, snap: freshness.LockSnapshot, src: TorchSource, s
     linked into a folder beside the venv, new for each venv, and copied where that is another disk
     than the cache's. uv keeps what it unpacked by the file's path, so each new venv unpacked torch
     again (3-5 s here; the CUDA wheels, gigabytes); from the cache's own paths it does so once."""
-    cached = wheelcache.for_lock(snap.pylock_text, snap.pins, fetch=False, user=project.lockfiles_dir)
+    cached = wheelcache.for_lock(snap.pylock_text, snap.pins, fetch=False, user=(project.lockfiles_dir, project.root))
     offline = wheelcache.complete(snap.pins, cached)
     args = []
     if offline:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from envbuild import tmpdirs
 from envbuild._compat import tomllib
@@ -215,12 +216,12 @@ def for_lock(
     say: Callable[[str], None] = lambda _: None,
     *,
     fetch: bool = True,
-    user: Path | None = None,
+    user: tuple[Path, Path] | None = None,
 ) -> dict[Path, str]:
     """{cached wheel: distribution} for a lock's wheels that the cache has or (see fill) can get;
-    `user`, the lockfiles folder of the project asking, is noted as one (see register)."""
+    `user`, the lockfiles folder and root of the project asking, is noted as one (see register)."""
     if user is not None:
-        register(user)
+        register(*user)
     items = wanted(pylock_text, pins) if pylock_text else []
     found = fill(items, wheelhouses, ca_bundle, say, fetch=fetch)
     return {found[i.sha256]: i.name for i in items if i.sha256 in found}
@@ -291,35 +292,47 @@ def needed(lockfiles: Path) -> set[str]:
 _USERS = "projects"
 
 
-def register(lockfiles: Path) -> None:
-    """Note the project whose lockfiles folder is `lockfiles` as a user of the cache. Best effort: a
-    cache it cannot write to fails the copies themselves, with the error that names it."""
+class User(NamedTuple):
+    """A project that used the cache: its lockfiles folder, and its root where the note has it
+    (notes written before roots were noted have only the folder)."""
+
+    lockfiles: Path
+    root: Path | None
+
+
+def register(lockfiles: Path, project: Path | None = None) -> None:
+    """Note the project whose lockfiles folder is `lockfiles` (and whose root is `project`) as a user
+    of the cache. Best effort: a cache it cannot write to fails the copies themselves, with the error
+    that names it."""
     where = str(lockfiles.resolve())
+    note = where + "\n" + (str(project.resolve()) + "\n" if project is not None else "")
     entry = root() / _USERS / hashlib.sha256(where.encode()).hexdigest()[:16]
-    with contextlib.suppress(OSError):
-        if not entry.is_file():
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if not entry.is_file() or (project is not None and entry.read_text("utf-8") != note):
             entry.parent.mkdir(parents=True, exist_ok=True)
-            entry.write_text(where + "\n", "utf-8")
+            entry.write_text(note, "utf-8")  # a reader that meets it half-written skips or walks
 
 
-def other_users(lockfiles: Path) -> list[Path]:
-    """The lockfiles folders of the other projects that used the cache and still exist; the notes
-    of those that are gone (moved, deleted) are dropped."""
+def other_users(lockfiles: Path) -> list[User]:
+    """The other projects that used the cache and whose lockfiles folders still exist; the notes of
+    those that are gone (moved, deleted) are dropped."""
     here = lockfiles.resolve()
-    found: list[Path] = []
+    found: list[User] = []
     folder = root() / _USERS
     for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
         try:
-            where = Path(entry.read_text("utf-8").strip())
+            lines = entry.read_text("utf-8").splitlines()
         except (OSError, UnicodeDecodeError):
             continue
+        where = Path(lines[0].strip()) if lines else Path()
         if not where.is_absolute():  # a note being written as this reads it
             continue
         if not where.is_dir():
             with contextlib.suppress(OSError):
                 entry.unlink()
         elif where != here:
-            found.append(where)
+            project = Path(lines[1].strip()) if len(lines) > 1 and lines[1].strip() else None
+            found.append(User(where, project if project is not None and project.is_absolute() else None))
     return found
 
 

@@ -486,3 +486,38 @@ def test_a_stale_image_says_which_of_its_inputs_differ(engineless_project: Path)
     # an image from before the label: the digests, as before, and no line for the missing label
     said = [m for m in publish.compare(proj, prof, {LABEL_IMAGE_DIGEST: built.image_digest}) if "image inputs" in m]
     assert len(said) == 1 and said[0].startswith("image inputs digest: image has ") and "differs in" not in said[0]
+
+
+def test_another_checkout_with_its_lockfiles_deep_in_its_tree_is_found_by_the_root_its_note_names(
+    engineless_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bob's clone keeps its lockfiles in ci/locks/by-team/gpu: from that folder alone (the cache's
+    note before roots were noted) no parent within reach is his project, so his tested build went on
+    Alice's prune. Each checkout reads only the profile it is asked about."""
+    import shutil
+
+    from envbuild import validate, wheelcache
+
+    monkeypatch.setenv(wheelcache.CACHE_ENV, str(tmp_path / "cache"))
+    bob = tmp_path / "bob"
+    shutil.copytree(engineless_project, bob)
+    deep = bob / "ci" / "locks" / "by-team" / "gpu"
+    shutil.move(bob / "lockfiles", deep)
+    (bob / "envbuild.toml").write_text('[envbuild]\nlockfiles_dir = "ci/locks/by-team/gpu"\n')
+    for root in (engineless_project, bob):
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        origin = ["remote", "add", "origin", "https://example.org/acme/envs.git"]
+        subprocess.run(["git", "-C", str(root), *origin], check=True)
+    alice = project.open_project(str(engineless_project))
+    theirs = project.open_project(str(bob))
+    built = images._checkout(theirs, validate.load_all(theirs)).facts["cpu-py311"]
+    labels = {label: value for _, label, value in built}
+
+    wheelcache.register(deep)  # the folder alone
+    assert images._other_checkouts(alice, project.source_label(alice)) == []
+    wheelcache.register(deep, bob)
+    [needs] = images._other_checkouts(alice, project.source_label(alice))
+    assert needs("cpu-py311", labels) == f"current in the checkout at {bob.resolve()}"
+    assert needs("cpu-py311", {**labels, "io.envbuild.lock-sha256": "0" * 64}) == ""
+    (bob / "profiles" / "cu121-py311.yaml").write_text("name: [")  # mid-edit there: its images stay
+    assert needs("cu121-py311", {}).startswith(f"unknown in the checkout at {bob.resolve()}: cu121-py311")

@@ -165,9 +165,13 @@ def test_a_prune_keeps_what_another_project_that_used_the_cache_pins(
     (other / "p").mkdir(parents=True)
     (other / "p" / "requirements.lock").write_text(f"x==1.0 \\\n    --hash=sha256:{theirs}\n")
     # build and venv note the project that asks: here as they call it, and a context build
-    wheelcache.for_lock("", {}, fetch=False, user=other)
+    wheelcache.for_lock("", {}, fetch=False, user=(other, other.parent))
     res = cli("build", "cpu-py311", "--context-only")
     assert res.code == 0, res.err
+    # each note names the project's root too (`images --prune` opens that checkout from it)
+    assert wheelcache.other_users(other) == [
+        wheelcache.User(engineless_project.resolve() / "lockfiles", engineless_project.resolve())
+    ]
     for sha in (own, theirs, nobodys):
         (cache / sha[:2] / sha).mkdir(parents=True, exist_ok=True)
         (cache / sha[:2] / sha / f"x-{sha[:4]}-py3-none-any.whl").write_bytes(b"x" * 1000)
@@ -185,6 +189,16 @@ def test_a_prune_keeps_what_another_project_that_used_the_cache_pins(
     assert (pruned["removed_wheels"], pruned["kept_for"]) == (1, [])
     assert not (cache / theirs[:2] / theirs).exists()
     assert len(list((cache / "projects").iterdir())) == 1  # this project's note only
+
+
+def test_a_note_from_before_roots_were_noted_gains_its_root_at_the_next_build(cache: Path, tmp_path: Path) -> None:
+    lockfiles = tmp_path / "proj" / "ci" / "locks"
+    lockfiles.mkdir(parents=True)
+    wheelcache.register(lockfiles)  # as envbuild wrote them before: the folder alone
+    assert wheelcache.other_users(tmp_path) == [wheelcache.User(lockfiles, None)]
+    wheelcache.for_lock("", {}, fetch=False, user=(lockfiles, tmp_path / "proj"))
+    assert wheelcache.other_users(tmp_path) == [wheelcache.User(lockfiles, tmp_path / "proj")]
+    assert len(list((cache / "projects").iterdir())) == 1  # the same note, rewritten
 
 
 def test_a_copy_killed_halfway_leaves_nothing_in_the_cache(cache: Path, tmp_path: Path) -> None:

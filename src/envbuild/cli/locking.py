@@ -312,7 +312,7 @@ def cache_(
         keep: set[str] = set()
         if not all_:
             own = project_at(project).lockfiles_dir
-            others = wheelcache.other_users(own)  # the cache is the host's: their wheels stay
+            others = [u.lockfiles for u in wheelcache.other_users(own)]  # the cache is the host's: theirs stay
             for folder in [own, *others]:
                 keep |= wheelcache.needed(folder)
         removed = wheelcache.prune(keep)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon, extension_module
 from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
 from .records import unlike_record
-from .versions import moved_remedy
+from .versions import locked_pins, moved_remedy
 
 SHOWN = 5
 
@@ -90,7 +90,7 @@ def _shadowed(ctx: Context) -> Shadowed:
     # the standard library before site-packages is Python's own order, not a change to the image
     # (an old backport's `typing`, a wheel's stray top-level `test`); the base-Python check covers it
     ours = homes | {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib")}
-    locked = {_canon(k) for k in (ctx.expect.get("packages") or {})}
+    locked = set(locked_pins(ctx))
     # The image's WORKDIR: the smoke test runs elsewhere, but `python train.py` and `python -m`
     # there put it first on sys.path, so a `numpy.py` or a vendored `einops/` in it is what a
     # user's code imports (the host passes it; an image without one starts in /, left out)
@@ -359,7 +359,7 @@ def check_integrity(ctx: Context, r: Result) -> None:
     if not (changed or removed or added or base or forged):
         return
     owners = _owners(root)
-    locked = {_canon(k) for k in (ctx.expect.get("packages") or {})}
+    locked = set(locked_pins(ctx))
     problems = list(base)
     if changed:
         problems.append(_say("changed", _by_owner(changed, owners)))

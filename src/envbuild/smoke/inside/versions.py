@@ -30,11 +30,19 @@ def moved_pins(locked: dict[str, str], installed: dict[str, str]) -> list[str]:
     return sorted(n for n, v in locked.items() if n in installed and installed[n] != v)
 
 
-def moved_remedy(ctx: Context, dists: set[str]) -> str:
+def locked_pins(ctx: Context) -> dict[str, str]:
+    """{distribution (canonical name): version} the lockfile pins."""
+    return {_canon(k): str(v) for k, v in (ctx.expect.get("packages") or {}).items()}
+
+
+def moved_remedy(ctx: Context, dists: set[str], installed: dict[str, str] | None = None) -> str:
     """How to keep `dists` where each is a locked distribution that an install in an image built FROM
-    this one moved to another version (checked with --lock-match pins); "" where one is not."""
-    pins = {_canon(k): str(v) for k, v in (ctx.expect.get("packages") or {}).items()}
-    if ctx.lock_match != "pins" or ctx.local or not dists or not dists <= set(moved_pins(pins, installed_versions())):
+    this one moved to another version (checked with --lock-match pins); "" where one is not.
+    `installed` is the environment's versions where the caller has read them already."""
+    if ctx.lock_match != "pins" or ctx.local or not dists:
+        return ""
+    pins = locked_pins(ctx)
+    if not dists <= set(moved_pins(pins, installed if installed is not None else installed_versions())):
         return ""
     return ctx.moved_pins_remedy([f"{n}=={pins[n]}" for n in sorted(dists)])
 
@@ -68,9 +76,10 @@ def check_versions(ctx: Context, r: Result) -> None:
         problems.append(f"a CPU profile got a GPU build of torch ({torch.__version__})")
     if exp.get("numpy") and numpy.__version__ != exp["numpy"]:
         problems.append(f"numpy {numpy.__version__}, expected {exp['numpy']}")
-    locked = {_canon(k): v for k, v in (exp.get("packages") or {}).items()}
+    locked = locked_pins(ctx)
     unlocked: list[str] = []  # distributions the lockfile lacks, where they fail the check
     moved: list[str] = []  # locked distributions installed at another version
+    installed: dict[str, str] | None = None
     if locked and ctx.lock_match != "none":
         installed = installed_versions()
         missing = sorted(n for n in locked if n not in installed)
@@ -89,7 +98,7 @@ def check_versions(ctx: Context, r: Result) -> None:
             r.facts["not_in_lockfile"] = extra
     if problems:
         only_added = bool(unlocked) and len(problems) == 1
-        remedy = moved_remedy(ctx, set(moved)) if len(problems) == 1 else ""
+        remedy = moved_remedy(ctx, set(moved), installed) if len(problems) == 1 else ""
         raise CheckFailed(
             "; ".join(problems), remedy or ctx.environment_remedy(or_change_profile=True, only_added=only_added)
         )
