@@ -379,8 +379,14 @@ def prepare(
             os.link(source, target)
         except OSError:
             shutil.copy2(source, target)
-    for path in sorted(ctx.rglob("*")):
-        if not path.is_symlink() and path.suffix != ".whl" and path.parent.name != "tools":
-            os.utime(path, (made.epoch, made.epoch))
+    for path in [ctx, *sorted(ctx.rglob("*"))]:
+        if path.is_symlink() or path.suffix == ".whl" or path.parent.name == "tools":
+            continue  # links to the wheel cache and uv (their times and modes are the cache's)
+        os.utime(path, (made.epoch, made.epoch))
+        # COPY keeps a context file's mode: under a umask of 077 /opt/envbuild's folders were
+        # root's alone (the image's user could not read the project's checks nor run the pip
+        # wrapper), and each umask gave the image other layer digests
+        executable = path.is_dir() or path.stat().st_mode & 0o100
+        path.chmod(0o755 if executable else 0o644)
     names = tuple(w.name for w in wheels)
     return Context(ctx, built, lock, platform, labels, names, made.epoch, pending, sides, taking)

@@ -293,3 +293,35 @@ def test_an_apt_snapshot_build_leaves_apts_sources_as_the_base_had_them(enginele
         assert run.index("apt-get install") < run.index("tar -xPpf /opt/envbuild/apt/sources.tar")
         assert run.endswith("rm -f /opt/envbuild/apt/sources.tar /etc/apt/apt.conf.d/99envbuild-snapshot")
     assert "sources.tar" not in live
+
+
+def test_the_context_gives_the_image_the_same_modes_whatever_the_users_umask(
+    cli: Callable[..., Result], engineless_project: Path
+) -> None:
+    """Under a umask of 077 the context's folders were 0700 and COPY kept that: in the image
+    /opt/envbuild/checks and /opt/envbuild/bin were root's alone, so the project's own check failed
+    ("Permission denied") as the image's user, and the layers differed from a 022 build's."""
+
+    def modes() -> dict[str, int]:
+        res = cli("build", "cpu-py311", "--context-only", "--json")
+        assert res.code == 0, res.err
+        ctx = Path(json.loads(res.out)["context"])
+        return {
+            str(p.relative_to(ctx)): p.stat().st_mode & 0o777
+            for p in [ctx, *ctx.rglob("*")]
+            if p.suffix != ".whl" and p.parent.name != "tools"
+        }
+
+    before = os.umask(0o077)
+    try:
+        private = modes()
+    finally:
+        os.umask(before)
+    assert private["smoke/checks"] == private["smoke/bin"] == private["."] == 0o755
+    assert private["smoke/expect.json"] == 0o644 and private["smoke/envbuild-smoke"] == 0o755
+    assert all(mode in {0o644, 0o755} for mode in private.values()), private
+    os.umask(0o022)
+    try:
+        assert modes() == private
+    finally:
+        os.umask(before)
