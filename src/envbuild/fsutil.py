@@ -128,13 +128,23 @@ def file_error(exc: OSError) -> WriteFailed:
         # a copy or link that ran out of room names the file it read first (shutil's copy, os.link),
         # and its hint sent users to free space on the wrong disk (the wheel cache's)
         path = Path(str(exc.filename2))
-    if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
+    if exc.errno == errno.EROFS:
+        return WriteFailed(f"cannot write {path}: {exc.strerror}", hint=_read_only(path))
+    if exc.errno in {errno.EACCES, errno.EPERM}:
         return WriteFailed(
             f"cannot read or write {path}: {exc.strerror}",
             hint=_others(path)
             or f"{path} (or its folder) is not accessible for this user: fix its permissions or ownership",
         )
     return _failed(exc, path)
+
+
+def _read_only(path: Path) -> str:
+    # permissions and ownership cannot help here, which is all the hint used to suggest
+    return (
+        f"{path.parent} is on a read-only filesystem (a read-only checkout or volume): run envbuild in a "
+        "writable copy of the project, or choose a writable place (build_dir in envbuild.toml moves .envbuild/)"
+    )
 
 
 def _others(path: Path) -> str | None:
@@ -201,7 +211,9 @@ def _failed(exc: OSError, path: Path) -> WriteFailed:
 def _write_hint(exc: OSError, path: Path) -> str:
     if exc.errno in {errno.ENOSPC, errno.EDQUOT}:
         return f"free some space on the filesystem that holds {path.parent} (nothing was half-written)"
-    if exc.errno in {errno.EACCES, errno.EPERM, errno.EROFS}:
+    if exc.errno == errno.EROFS:
+        return _read_only(path)
+    if exc.errno in {errno.EACCES, errno.EPERM}:
         mine = f"{path.parent} is not writable for this user: choose another place or fix its permissions"
         return _others(path) or mine
     return f"choose a path in a folder that exists and can be written ({path.parent})"

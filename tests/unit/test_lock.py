@@ -566,6 +566,20 @@ def test_a_copy_that_runs_out_of_room_names_the_file_it_was_writing(tmp_path: Pa
     )
 
 
+def test_a_read_only_filesystem_is_named_as_such_not_as_permissions(tmp_path: Path) -> None:
+    # a read-only checkout (a CI volume, a bind mount) was told to fix permissions or ownership,
+    # which cannot help; by hand: `build` and `new` in a `mount -o remount,bind,ro` copy
+    where = tmp_path / "proj" / ".envbuild"
+    for err in (
+        fsutil.file_error(OSError(errno.EROFS, "Read-only file system", str(where))),
+        fsutil._failed(OSError(errno.EROFS, "Read-only file system", str(where)), where),
+    ):
+        assert str(err).startswith(f"cannot write {where}: Read-only file system")
+        assert f"{where.parent} is on a read-only filesystem" in (err.hint or "") and "permissions" not in (
+            err.hint or ""
+        )
+
+
 def test_uv_is_told_envbuilds_interpreter_only_where_no_build_for_another_python_can_follow(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
