@@ -337,7 +337,7 @@ def _validate_config(raw: Any, config_path: Path, outside: dict[str, Any]) -> Pr
             close = difflib.get_close_matches(key, hints, n=1)
             problems.append(f"{key}: not a setting" + (f" (did you mean {close[0]}?)" if close else ""))
         elif not _matches(value, expected):
-            problems.append(f"{key}: expected {_describe(expected)}, got {type(value).__name__} {value!r}")
+            problems.append(f"{key}: expected {_describe(expected, key)}, got {type(value).__name__} {value!r}")
         elif key == "lock_jobs" and value < 1:
             problems.append(f"lock_jobs: must be 1 or more, got {value}")
         elif key == "apt_snapshot" and not re.fullmatch(r"auto|\d{8}T\d{6}Z", value):
@@ -389,11 +389,15 @@ def _matches(value: Any, expected: Any) -> bool:
     return isinstance(value, expected)
 
 
-def _describe(expected: Any) -> str:
+# what each table's keys and values are, as its error says it
+_TABLES = {"base": "Python version = image", "ci": 'accelerator = runner label, e.g. cuda = "gpu-nvidia"'}
+
+
+def _describe(expected: Any, key: str) -> str:
     if isinstance(expected, types.UnionType):
-        return " or ".join(_describe(arm) for arm in typing.get_args(expected) if arm is not type(None))
+        return " or ".join(_describe(arm, key) for arm in typing.get_args(expected) if arm is not type(None))
     if typing.get_origin(expected) is list:
         return f"a list of {typing.get_args(expected)[0].__name__} values"
     if typing.get_origin(expected) is dict:
-        return "a table of strings (Python version = image)"
+        return f"a table of strings ({_TABLES.get(key, 'name = value')})"
     return {str: "a string", int: "an integer"}.get(expected, str(expected.__name__))

@@ -54,10 +54,25 @@ def check(where: str, value: str | None, kind: str) -> None:
 
 
 def lower_case_fix(pattern: re.Pattern[str], value: str) -> str | None:
-    """The fix where the one thing wrong with a registry path or repository is its case: an
-    organisation's name as GitHub shows it (Acme/Envs). An image reference's tag keeps its case."""
-    if pattern in (REGISTRY_RE, REPOSITORY_RE) and pattern.fullmatch(value.lower()):
-        return f"image paths are lower case: write {value.lower()}"
+    """The fix where a registry path or repository is one small slip from a good one: an
+    organisation's name as GitHub shows it (Acme/Envs), a registry written as a URL
+    (http://localhost:5000/envs/), a registry host with no path. An image reference's tag keeps
+    its case."""
+    if pattern not in (REGISTRY_RE, REPOSITORY_RE):
+        return None
+    bare = re.sub(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", "", value.strip()).rstrip("/")
+    fixed = bare.lower()
+    why = []
+    if bare != value.strip().rstrip("/"):
+        why.append(f"no {value.split('://', 1)[0]}://: the engine picks the protocol")
+    if fixed != bare:
+        why.append("image paths are lower case")
+    if pattern is REGISTRY_RE and re.fullmatch(_DOMAIN, fixed):
+        why.append(f"a registry path needs a path after the host (images go to {fixed}/envs:NAME)")
+        fixed += "/envs"
+        return f"{'; '.join(why)}: write e.g. {fixed}"
+    if why and pattern.fullmatch(fixed):
+        return f"{'; '.join(why)}: write {fixed}"
     return None
 
 

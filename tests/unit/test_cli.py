@@ -231,6 +231,11 @@ def test_project_config_validated_strictly(project: Path, cli: Cli) -> None:
     assert "repository: expected a string, got bool True" in res.err
     (project / "envbuild.toml").write_text("[envbuild]\nlock_jobs = true\n")
     assert "lock_jobs: expected an integer, got bool True" in cli("list", "--project", str(project)).err
+    # each table says what its keys are: the runners' table was described as the bases' one
+    (project / "envbuild.toml").write_text('[envbuild]\nci = {cuda = 3}\nbase = {"3.11" = 3}\n')
+    err = cli("list", "--project", str(project)).err
+    assert 'ci: expected a table of strings (accelerator = runner label, e.g. cuda = "gpu-nvidia")' in err
+    assert "base: expected a string or a table of strings (Python version = image)" in err
     (project / "envbuild.toml").write_text('[envbuild]\nregistry = "localhost:5000/envs"\nfind_links = ["/w"]\n')
     from envbuild.project import open_project
 
@@ -359,6 +364,10 @@ def test_a_missing_folder_that_cannot_be_made_says_so(cli: Cli) -> None:
         (["push", "cpu-py311", "--registry", "bad ref!"], "--registry 'bad ref!' is not a registry path"),
         (["push", "cpu-py311", "--registry", "localhost:5000"], "--registry 'localhost:5000' is not a registry path"),
         (["pull", "cpu-py311", "--registry", "ghcr.io/Acme"], "--registry 'ghcr.io/Acme' is not a registry path"),
+        (
+            ["push", "cpu-py311", "--registry", "http://localhost:5000/Team/"],
+            "--registry 'http://localhost:5000/Team/'",
+        ),
         (["pull", "cpu-py311", "--registry", "ghcr.io/a", "--digest", "latest"], "--digest 'latest' is not a manifest"),
         (["build", "cpu-py311", "--tag", "Team/Envs"], "--tag 'Team/Envs' is not an image repository"),
         (["build", "cpu-py311", "--tag", "envs:v1"], "--tag 'envs:v1' is not an image repository"),
@@ -379,6 +388,13 @@ def test_a_malformed_image_name_is_refused_before_the_engine_is_asked(
     value = args[args.index(message.split(maxsplit=1)[0]) + 1]
     if value in {"ghcr.io/Acme", "Team/Envs", "A"}:  # only the case is wrong: the fix is the name, lower-cased
         assert f"fix: image paths are lower case: write {value.lower()}" in res.err
+    elif value == "localhost:5000":  # a host alone: the fix adds a path
+        assert "fix: a registry path needs a path after the host (images go to localhost:5000/envs:NAME)" in res.err
+    elif value == "http://localhost:5000/Team/":  # a URL, as a browser shows it
+        assert (
+            "fix: no http://: the engine picks the protocol; image paths are lower case: write localhost:5000/team"
+            in res.err
+        )
     else:
         assert "fix: write e.g." in res.err
 
