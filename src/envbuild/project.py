@@ -389,15 +389,12 @@ def _matches(value: Any, expected: Any) -> bool:
     return isinstance(value, expected)
 
 
-# what each table's keys and values are, as its error says it
-_TABLES = {"base": "Python version = image", "ci": 'accelerator = runner label, e.g. cuda = "gpu-nvidia"'}
-
-
 def _describe(expected: Any, key: str) -> str:
     if isinstance(expected, types.UnionType):
         return " or ".join(_describe(arm, key) for arm in typing.get_args(expected) if arm is not type(None))
     if typing.get_origin(expected) is list:
         return f"a list of {typing.get_args(expected)[0].__name__} values"
     if typing.get_origin(expected) is dict:
-        return f"a table of strings ({_TABLES.get(key, 'name = value')})"
+        tables = {"base": "Python version = image", "ci": 'accelerator = runner label, e.g. cuda = "gpu-nvidia"'}
+        return f"a table of strings ({tables.get(key, 'name = value')})"
     return {str: "a string", int: "an integer"}.get(expected, str(expected.__name__))

@@ -126,6 +126,22 @@ def test_a_preload_of_the_os_libgomp_over_torchs_own_fails_integrity_naming_the_
     assert "LD_LIBRARY_PATH" not in integrity["reason"]
 
 
+def test_a_patched_os_library_fails_integrity_naming_it_and_its_package(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """torch links against the OS's libstdc++, which no scan of the venv sees: with a byte appended
+    to it (a `docker commit` of a patched container) every check passed."""
+    integrity = _only_integrity_fails(
+        docker_client,
+        built_cpu["image_id"],
+        "RUN printf 'x' >> \"$(readlink -f /usr/lib/x86_64-linux-gnu/libstdc++.so.6)\"",
+    )
+    said = "OS libraries loaded here differ from their package's files: /usr/lib/x86_64-linux-gnu/libstdc++.so.6."
+    assert said in integrity["reason"] and integrity["reason"].endswith(" (libstdc++6)")
+    assert integrity["remedy"].startswith("an OS package's files were changed after the build without apt")
+    assert "envbuild build cpu-py311" in integrity["remedy"]
+
+
 def test_a_patched_copy_of_the_environment_first_on_path_fails_integrity(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:

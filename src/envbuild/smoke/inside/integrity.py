@@ -14,6 +14,7 @@ import sysconfig
 from importlib import metadata
 from typing import Any, NamedTuple
 
+from . import oslibs
 from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon, extension_module
 from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
 from .records import unlike_record
@@ -132,11 +133,7 @@ def _libraries_elsewhere(shipped: set[str], homes: set[str], torch: bool) -> lis
     if torch:  # versions names an unimportable torch; here only what did load counts
         with contextlib.suppress(Exception):
             import torch as _  # noqa: F401
-    try:
-        with open("/proc/self/maps", encoding="utf-8") as fh:
-            mapped = {line.split(maxsplit=5)[5].strip() for line in fh if line.count(" ") >= 5 and "/" in line}
-    except OSError:
-        return []  # not Linux: nothing to read
+    mapped = oslibs.mapped_files()
     # by name, each file resolved: a conda env's torch/lib links into its lib/, which is no copy.
     # Not Python's extension modules, loaded by path: pyarrow's _json.cpython-311-*.so and the
     # standard library's are two modules (that pair failed every image with pyarrow in it).
@@ -356,11 +353,13 @@ def check_integrity(ctx: Context, r: Result) -> None:
     forged = [p for p in unlike_record(root, current) if recorded.get(p) == current[p]]
     base = _base_python(manifest, root, ctx, r)
     _fail_if_shadowed(ctx)
-    if not (changed or removed or added or base or forged):
+    # torch is imported (_fail_if_shadowed): what it loads from the OS is checked too
+    libs = oslibs.problems(manifest, [root, sysconfig.get_paths()["stdlib"]], os_packages(), r.facts)
+    if not (changed or removed or added or base or forged or libs):
         return
     owners = _owners(root)
     locked = set(locked_pins(ctx))
-    problems = list(base)
+    problems = [*base, *libs]
     if changed:
         problems.append(_say("changed", _by_owner(changed, owners)))
     if removed:
@@ -387,14 +386,14 @@ def check_integrity(ctx: Context, r: Result) -> None:
     if slipped:
         problems.append(_say("added", slipped))
     if problems:
-        only_added = not (changed or removed or base or slipped or forged)
-        remedy = ctx.environment_remedy(only_added=only_added)
+        remedy = ctx.environment_remedy(only_added=not (changed or removed or base or slipped or forged or libs))
         if base and ctx.lock_match == "exact" and not (changed or removed or foreign or slipped):
             remedy = (
                 "the OS Python changed: after an apt upgrade in an image built FROM this one, check it with "
                 "--lock-match pins, which lists that; otherwise " + remedy
             )
+        remedy = oslibs.remedy(ctx.expect.get("profile") or "NAME") if problems == libs else remedy
         # the dist-info of the version an install replaced is no one's
         touched = {*_by_owner(changed, owners), *_by_owner(removed, owners)} - {"(no distribution)"} | set(slipped)
-        remedy = (not (base or forged) and moved_remedy(ctx, touched)) or remedy
+        remedy = (not (base or forged or libs) and moved_remedy(ctx, touched)) or remedy
         raise CheckFailed("the environment differs from the image's build manifest: " + "; ".join(problems), remedy)

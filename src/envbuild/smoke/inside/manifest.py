@@ -82,6 +82,11 @@ def interpreter(root: str) -> dict[str, Any] | None:
 
 def _manifest(root: str, files: dict[str, list[Any]]) -> dict[str, Any]:
     out = {"version": MANIFEST_VERSION, "root": root, "files": files, "os_packages": os_packages()}
+    # what the OS's libraries the environment loads are held to; imported here, as a layer's step
+    # runs this file alone (--part), outside its package
+    from . import oslibs
+
+    out["dpkg_records"] = oslibs.records()
     base = interpreter(root)
     if base is not None:
         out["interpreter"] = base

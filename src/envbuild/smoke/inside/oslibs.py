@@ -1,0 +1,151 @@
+"""The OS's shared libraries the environment loads (libstdc++, libc, zlib, ...), which no scan of the
+venv sees: torch links against the OS's C++ runtime, so an image whose libstdc++ was patched ran every
+check and passed. Each one this process has mapped is held to dpkg's record of its package (the
+package's md5sums), and that record to the one the build wrote into the manifest: a record that moved
+while its package's version did not was edited with the file. Debian and Ubuntu bases only: where
+there is no dpkg there is no record to hold a file to."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+DPKG_INFO = "/var/lib/dpkg/info"
+SHOWN = 5
+
+
+def _digest(path: str, algorithm: str = "sha256") -> str:
+    h = hashlib.new(algorithm, usedforsecurity=False)  # md5: dpkg's record, itself held by sha256
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def records(info: str = DPKG_INFO) -> dict[str, str]:
+    """{package (with its architecture where dpkg names it so): sha256 of its md5sums file}: what dpkg
+    holds each installed file's content to, as the build leaves it. Empty without dpkg."""
+    try:
+        names = sorted(os.listdir(info))
+    except OSError:
+        return {}
+    return {n.removesuffix(".md5sums"): _digest(os.path.join(info, n)) for n in names if n.endswith(".md5sums")}
+
+
+def _key(path: str) -> str:
+    # merged /usr: dpkg may list /lib/x/libz.so.1 where the loader maps /usr/lib/x/libz.so.1
+    return path[4:] if path.startswith("/usr/") else path
+
+
+def _owners(info: str) -> dict[str, str]:
+    """{file (as _key): package} from every package's file list."""
+    owners: dict[str, str] = {}
+    for name in sorted(os.listdir(info)):
+        if name.endswith(".list"):
+            with open(os.path.join(info, name), encoding="utf-8", errors="surrogateescape") as fh:
+                owners.update((_key(line.rstrip("\n")), name[:-5]) for line in fh if line.startswith("/"))
+    return owners
+
+
+def _md5s(info: str, package: str) -> dict[str, str]:
+    """{file (as _key): md5} of one package's md5sums; empty where it has none."""
+    try:
+        with open(os.path.join(info, package + ".md5sums"), encoding="utf-8", errors="surrogateescape") as fh:
+            pairs = [line.rstrip("\n").split("  ", 1) for line in fh]
+    except OSError:
+        return {}
+    return {_key("/" + p[1]): p[0] for p in pairs if len(p) == 2}
+
+
+def _mounted() -> set[str]:
+    """Files mounted into the container at run time (the NVIDIA container toolkit's driver libraries,
+    which may stand where a package's file did): the host's, not the image's."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+            return {line.split()[4] for line in fh if len(line.split()) > 4}
+    except OSError:
+        return set()
+
+
+def mapped_files() -> set[str]:
+    """The files this process has mapped (its shared libraries among them), as the kernel names
+    them: the file a link led to. Empty off Linux."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as fh:
+            return {line.split(maxsplit=5)[5].strip() for line in fh if line.count(" ") >= 5 and "/" in line}
+    except OSError:
+        return set()
+
+
+def _mapped_outside(outside: list[str]) -> list[str]:
+    """The shared objects mapped here but those under the `outside` folders (the environment and
+    the standard library, which the manifest covers file by file)."""
+    homes = [os.path.realpath(o) + os.sep for o in outside]
+    return sorted(
+        p
+        for p in mapped_files()
+        if p.startswith("/")
+        and ".so" in os.path.basename(p)
+        and os.path.isfile(p)
+        and not any(p.startswith(h) for h in homes)
+    )
+
+
+def problems(
+    manifest: dict[str, Any],
+    outside: list[str],
+    now_packages: dict[str, str],
+    facts: dict[str, Any],
+    info: str = DPKG_INFO,
+) -> list[str]:
+    """What is wrong with the OS libraries loaded here, against dpkg's record (in `info`) and the
+    build's; `now_packages`: the OS packages' versions now. A manifest from before the record holds
+    them to dpkg's record alone."""
+    if not os.path.isdir(info):
+        facts["os_libraries"] = "no dpkg here: the OS's libraries are not checked"
+        return []
+    out = []
+    then, now = manifest.get("dpkg_records"), records(info)
+    if then is not None:
+        before = manifest.get("os_packages") or {}
+        # a record that moved with its package's version is an apt upgrade or install; without, an edit
+        edited = sorted(
+            p
+            for p in {*then, *now}
+            if then.get(p) != now.get(p) and before.get(p.split(":")[0]) == now_packages.get(p.split(":")[0])
+        )
+        if edited:
+            shown = ", ".join(edited[:SHOWN]) + (", ..." if len(edited) > SHOWN else "")
+            out.append(
+                f"dpkg's record of the files of {len(edited)} OS package(s) changed, their versions did not: {shown}"
+            )
+    owners, mounts = _owners(info), _mounted()
+    differ, unowned, checked = [], [], 0
+    for path in _mapped_outside(outside):
+        package = owners.get(_key(path))
+        if path in mounts:
+            continue
+        if package is None:
+            unowned.append(path)
+            continue
+        expected = _md5s(info, package).get(_key(path))
+        if expected is not None:
+            checked += 1
+            if _digest(path, "md5") != expected:
+                differ.append(f"{path} ({package.split(':')[0]})")
+    facts["os_libraries_checked"] = checked
+    if unowned:  # a library of the base image's own, or the host's: listed, not failed
+        facts["os_libraries_no_package_owns"] = unowned
+    if differ:
+        out.append("OS libraries loaded here differ from their package's files: " + ", ".join(differ))
+    return out
+
+
+def remedy(profile: str) -> str:
+    """The fix where the only difference is in the OS's files: no pip install did it."""
+    return (
+        f"an OS package's files were changed after the build without apt (its version is the build's): rebuild the "
+        f"image (envbuild build {profile}); in an image built FROM this one, undo that step or reinstall the "
+        "package named (apt-get install --reinstall PACKAGE)"
+    )
