@@ -292,4 +292,8 @@ def unparsable_fix(item: str) -> str:
     """The fix for a `packages` entry that is no PEP 508 requirement."""
     if _NOT_A_RELEASE.match(item.strip()):
         return f"packages are releases (NAME==VERSION); {OWN_BUILD}"
+    # a pin written as YAML or pip's freeze of another tool would have it: "einops = 0.8.1", "einops 0.8.1"
+    near = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:=|:|\s)\s*v?([0-9][0-9A-Za-z.+!-]*)\s*", item)
+    if near:
+        return f'write "{near[1]}=={near[2]}"'
     return 'write e.g. "einops==0.8.0"'

@@ -219,6 +219,14 @@ def test_bad_pep508(write_profile: Callable[..., Path]) -> None:
     assert 'write e.g. "einops==0.8.0"' in msg
 
 
+@pytest.mark.parametrize("item", ["einops = 0.8.1", "einops 0.8.1", "einops: 0.8.1", "einops=0.8.1"])
+def test_a_pin_written_another_tools_way_is_told_the_pin_to_write(
+    write_profile: Callable[..., Path], item: str
+) -> None:
+    # YAML's, a freeze list's or a typo's pin got "write e.g. einops==0.8.0": another version than theirs
+    assert only_error(write_profile(packages=[item])).endswith('write "einops==0.8.1"')
+
+
 @pytest.mark.parametrize("item", ["git+https://github.com/acme/tools@v1.2", "-e .", "./tools", "/srv/tools"])
 def test_a_pip_command_line_item_in_packages_is_told_how_to_pin_its_wheel(
     write_profile: Callable[..., Path], item: str
