@@ -133,7 +133,7 @@ def file_error(exc: OSError) -> WriteFailed:
     if exc.errno in {errno.EACCES, errno.EPERM}:
         return WriteFailed(
             f"cannot read or write {path}: {exc.strerror}",
-            hint=_others(path)
+            hint=owner_fix(path)
             or f"{path} (or its folder) is not accessible for this user: fix its permissions or ownership",
         )
     return _failed(exc, path)
@@ -147,7 +147,7 @@ def _read_only(path: Path) -> str:
     )
 
 
-def _others(path: Path) -> str | None:
+def owner_fix(path: Path) -> str | None:
     """The fix where a path (or the folder it would go in) belongs to another user, the usual
     cause in a project: one `sudo envbuild build` leaves `.envbuild/` root's, and every later
     command of the project's own user fails on it. Names the owner and the one command that
@@ -215,7 +215,7 @@ def _write_hint(exc: OSError, path: Path) -> str:
         return _read_only(path)
     if exc.errno in {errno.EACCES, errno.EPERM}:
         mine = f"{path.parent} is not writable for this user: choose another place or fix its permissions"
-        return _others(path) or mine
+        return owner_fix(path) or mine
     return f"choose a path in a folder that exists and can be written ({path.parent})"
 
 

@@ -29,7 +29,7 @@ from envbuild import tmpdirs
 from envbuild._compat import tomllib
 from envbuild.errors import WriteFailed
 from envbuild.freshness import read_previous
-from envbuild.fsutil import Staged, sha256_file
+from envbuild.fsutil import Staged, owner_fix, sha256_file
 from envbuild.lockfile import Pin, parse_requirements
 from envbuild.names import FIXED_MTIME, canonical
 
@@ -119,6 +119,14 @@ def wanted(pylock_text: str, pins: dict[str, Pin]) -> list[Wanted]:
 
 
 def _cache_error(exc: OSError, path: Path) -> OSError | WriteFailed:
+    if exc.errno in {errno.EROFS, errno.EACCES, errno.EPERM}:
+        # the project's folders are not the cause, which the general hint would have suggested
+        return WriteFailed(
+            f"the wheel cache cannot be written: {path} ({exc.strerror})",
+            hint=owner_fix(path)
+            or f"set {CACHE_ENV} to a folder this user can write (the cache is {root()}: `build` and `venv` "
+            "keep each locked wheel there, to fetch it once)",
+        )
     if exc.errno not in {errno.ENOSPC, errno.EDQUOT}:
         return OSError(exc.errno, exc.strerror, str(path))  # the CLI names the path and the fix
     return WriteFailed(

@@ -3,6 +3,7 @@ what the project's lockfiles still pin, and read by build and venv."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -93,6 +94,27 @@ def test_a_full_disk_under_the_cache_is_named_with_its_fix(
     res = cli("build", "cpu-py311", "--context-only", "--find-links", str(house))
     assert res.code == 11, res.err
     assert "the wheel cache is full" in res.err and "internal error" not in res.err
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
+def test_a_cache_this_user_cannot_write_is_named_with_the_setting_that_moves_it(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """A read-only home (a CI container's) or a cache on a read-only volume: the hint sent users to
+    a writable copy of the project, which is not where the cache lies."""
+    wheel = tmp_path / "demo-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"x")
+
+    def refused(path: Path) -> Staged:
+        raise OSError(code, os.strerror(code), str(path))
+
+    monkeypatch.setattr(Staged, "open", staticmethod(refused))
+    with pytest.raises(WriteFailed) as caught:
+        wheelcache.add(wheel, hashlib.sha256(b"x").hexdigest())
+    assert caught.value.message.startswith(f"the wheel cache cannot be written: {cache}/")
+    assert caught.value.hint.startswith(
+        f"set {wheelcache.CACHE_ENV} to a folder this user can write (the cache is {cache}"
+    )
 
 
 @pytest.mark.skipif(not any(WHEELS.glob("torch-2.13.0+cpu-*.whl")), reason="needs the CPU torch wheel")
