@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -382,7 +383,10 @@ def test_run_on_an_engine_elsewhere_says_whose_folders_the_job_sees(
     download cache was a root-owned folder the job could not write; it judged the laptop's GPU."""
     if not Path("/var/run/docker.sock").exists():
         pytest.skip("the relay needs the engine's default socket")
-    gateway = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]  # this host, by another name
+    # this host, by another name; an engine started where docker0 already was records no Gateway,
+    # and the bridge's address is then its subnet's first
+    ipam = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    gateway = ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
     work = tmp_path / "job"
     work.mkdir()
     (work / "train.py").write_text("print('trained')\n")
