@@ -184,7 +184,7 @@ def _buildkit_build(
         rc = proc.wait()
     if rc != 0 or not iid.exists():
         raise log.error(prof.name, f"BuildKit exited with {rc}")
-    return iid.read_text().strip()
+    return iid.read_text("utf-8").strip()
 
 
 def _build_lock(project: Project, name: str) -> Path:

@@ -165,7 +165,7 @@ def _solver(opts: LockOptions) -> str:
 
 def _lock_with_conda_lock(plan: Plan, subdirs: list[str], work: Path) -> str:
     env_file = work / "environment.yml"
-    env_file.write_text(render.render(plan)["environment.yml"])
+    env_file.write_text(render.render(plan)["environment.yml"], "utf-8")
     args = [
         shutil.which("conda-lock") or "conda-lock",
         "lock",
@@ -189,7 +189,7 @@ def _lock_with_conda_lock(plan: Plan, subdirs: list[str], work: Path) -> str:
         raise fetchfail.failure(
             LockError, "conda-lock", proc.stderr or proc.stdout, _CHANNEL_ROUTE, "conda-lock's message above says why"
         )
-    return (work / "conda-lock.yml").read_text()
+    return (work / "conda-lock.yml").read_text("utf-8")
 
 
 def lock(project: Project, plan: Plan, opts: LockOptions) -> LockOutcome:

@@ -132,9 +132,10 @@ def entries(
     with tmpdirs.private("conda-pip") as tmp:
         work = Path(tmp)
         (work / "stand-ins").mkdir()
-        (work / "requirements.in").write_text("\n".join(pip_specs) + "\n")
+        (work / "requirements.in").write_text("\n".join(pip_specs) + "\n", "utf-8")
         (work / "conda.txt").write_text(
-            "".join(f"{n} @ {_stand_in(work / 'stand-ins', n, v).as_uri()}\n" for n, v in sorted(conda.items()))
+            "".join(f"{n} @ {_stand_in(work / 'stand-ins', n, v).as_uri()}\n" for n, v in sorted(conda.items())),
+            "utf-8",
         )
         args = ["pip", "compile", "requirements.in", "-o", "pylock.toml", "--format", "pylock.toml"]
         # constraints (not overrides, which would drop a pip package's own bound on numpy unseen):
@@ -145,7 +146,7 @@ def entries(
         for link in find_links:
             args += ["--find-links", link]
         uvtool.run(args, error=LockError, cwd=work)
-        data = tomllib.loads((work / "pylock.toml").read_text())
+        data = tomllib.loads((work / "pylock.toml").read_text("utf-8"))
     out = []
     for pkg in data.get("packages", []):
         if canonicalize_name(pkg["name"]) in conda:

@@ -153,11 +153,11 @@ def _first_call(
         # uv keeps the pins already in the output file: a re-lock changes only what must change.
         texts = [freshness.read_previous(p) for p in kept]
         seed = lockfile.preferences(*texts)
-        out.write_text(seed)
+        out.write_text(seed, "utf-8")
         if seed == texts[0]:
             seeds[out.name] = kept[0]
     pyproject = work / "pyproject.toml"
-    pyproject.write_text(_lock_input(plan, list(plan.requirements), list(plan.torch_family)))
+    pyproject.write_text(_lock_input(plan, list(plan.requirements), list(plan.torch_family)), "utf-8")
     return _compile_args(pyproject, out, plan, platform, opts), seeds, pyproject, out
 
 
@@ -202,7 +202,7 @@ def _resolve_platform(
         extra = sorted(n for n in pins if TORCH_FAMILY_RE.fullmatch(n) and n not in family)
         if extra:
             family = sorted({*family, *extra})
-            pyproject.write_text(_lock_input(plan, reqs, family))
+            pyproject.write_text(_lock_input(plan, reqs, family), "utf-8")
             _uv(_compile_args(pyproject, out, plan, platform, opts), work)
             pins = lockfile.parse_requirements(out.read_text("utf-8"))
     lockverify.verify(plan.profile, pins, src, platform)
@@ -219,7 +219,7 @@ def _resolve_platform(
     # pylock.toml from the exact pins, through the same routing, so both files say the same.
     exact = [f"{p.name}=={p.version}" for p in sorted(pins.values(), key=lambda p: p.name)]
     plan = dataclasses.replace(plan, source=_pylock_source(plan, pins, work))
-    pyproject.write_text(_lock_input(plan, exact, family))
+    pyproject.write_text(_lock_input(plan, exact, family), "utf-8")
     pylock = work / f"pylock.{platform.replace('_', '')}.toml"
     try:
         # The resolve above just fetched every index page and built every sdist's metadata this

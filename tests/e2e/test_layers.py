@@ -86,7 +86,7 @@ def test_a_missing_layer_is_built_beside_the_others_and_no_step_runs_twice(
     # ...and only there: the whole build took that stage's image as it was made (without sending its
     # wheels again), and the runtime's OS packages from the cache
     assert "taking layer-torch, layer-torch-deps, layer-numpy from the engine" in res.stderr
-    whole = Path(result["log_path"]).read_text().split("\nStep ")
+    whole = Path(result["log_path"]).read_text(encoding="utf-8").split("\nStep ")
     assert not [s for s in whole if "--prefix /split/numpy" in s.split("\n", 1)[0]]
     assert [s for s in whole if s.split("\n", 1)[0].endswith(" AS layer-numpy") and ": FROM sha256:" in s]
     steps = [s for s in whole if "apt-get install" in s.split("\n", 1)[0]]

@@ -246,10 +246,10 @@ def test_a_lockfile_an_editor_saved_in_latin_1_or_with_a_bom_is_named_so_and_its
     def resolve(args: list[str], **_: object) -> str:
         out = Path(args[args.index("-o") + 1])
         if out.suffix == ".toml":
-            out.write_text(lockfile.body(pylock))
+            out.write_text(lockfile.body(pylock), encoding="utf-8")
             return ""
         seeds.append(out.read_text("utf-8"))  # the pins uv is asked to keep
-        out.write_text(lockfile.body(text))  # and uv keeps them
+        out.write_text(lockfile.body(text), encoding="utf-8")  # and uv keeps them
         return ""
 
     monkeypatch.setattr(uvtool, "run", resolve)
@@ -461,7 +461,7 @@ def test_the_pylock_pass_reads_local_wheels_hashes_from_a_page_not_the_files(tmp
     src = venvlock._pylock_source(plan, pins, tmp_path)
     page = Path(src.find_links[-1].removeprefix("file://"))
     assert src.find_links == (page.as_uri(),) and src.torch_index == page.as_uri()
-    assert f'href="{wheel.as_uri()}#sha256={"a" * 64}"' in page.read_text()
+    assert f'href="{wheel.as_uri()}#sha256={"a" * 64}"' in page.read_text(encoding="utf-8")
     (house / "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"")
     assert venvlock._pylock_source(plan, pins, tmp_path) == plan.source
 

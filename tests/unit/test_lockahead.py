@@ -89,7 +89,7 @@ def test_the_same_call_typed_again_runs_before_the_cli_loads_and_its_result_is_t
     work, args = _work(tmp_path, "second", "torch==2.13.0\n")
     assert uvtool.ran_early(args, error=LockError, cwd=work)
     assert (work / "requirements.txt").read_text() == "torch==2.13.0\nresolved\n"
-    assert Path(fake.read_text().split()[-1]).name.startswith("envbuild-lock-ahead-")
+    assert Path(fake.read_text(encoding="utf-8").split()[-1]).name.startswith("envbuild-lock-ahead-")
     assert not early.work.exists()
     assert [p for p in (tmp_path / "tmp").rglob("*") if p.name != f"envbuild-{os.getuid()}"] == []
 
@@ -295,7 +295,7 @@ def test_the_console_script_starts_it_before_the_cli_is_imported(fake: Path, tmp
     )
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
-    ran_in = fake.read_text().split()[-1]
+    ran_in = fake.read_text(encoding="utf-8").split()[-1]
     assert Path(ran_in).name.startswith("envbuild-lock-ahead-")
     assert not Path(ran_in).exists()
 

@@ -27,9 +27,9 @@ def _facts(project: Path, name: str) -> dict[str, str]:
 
 
 def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     assert old in text, old
-    path.write_text(text.replace(old, new))
+    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
 @pytest.mark.parametrize(

@@ -187,14 +187,14 @@ def run_local(
     package the images carry, copied to a temporary folder, so that interpreter needs no envbuild."""
     with tmpdirs.private("smoke") as tmp:
         expect_path = Path(tmp) / "expect.json"
-        expect_path.write_text(json.dumps(expect))
+        expect_path.write_text(json.dumps(expect), "utf-8")
         package = Path(tmp) / "lib" / buildctx.SMOKE_PACKAGE
         package.mkdir(parents=True)
         for name, text in plan_mod.smoke_sources().items():
-            (package / name).write_text(text)
+            (package / name).write_text(text, "utf-8")
         (Path(tmp) / buildctx.CHECKS_DIR).mkdir()
         for name, text in (checks or {}).items():
-            (Path(tmp) / buildctx.CHECKS_DIR / name).write_text(text)
+            (Path(tmp) / buildctx.CHECKS_DIR / name).write_text(text, "utf-8")
         cmd = [
             python or sys.executable,
             "-m",

@@ -77,7 +77,7 @@ def libstdcxx_linkage(cxx: str) -> dict[str, object]:
     builds with `-shared -fPIC`, the way inductor and cpp_extension call it."""
     with tempfile.TemporaryDirectory(prefix="envbuild-cxx-") as tmp:
         source, target = os.path.join(tmp, "probe.cpp"), os.path.join(tmp, "probe.so")
-        with open(source, "w") as f:
+        with open(source, "w", encoding="utf-8") as f:
             f.write(PROBE_SOURCE)
         try:
             done = subprocess.run(
