@@ -310,6 +310,21 @@ def labels_for(project: Project, plan: Plan, lock_sha: str, made: Provenance, ap
     return {**labels, **{k: v for k, v in optional.items() if v}}
 
 
+def _settle(ctx: Path, epoch: int) -> None:
+    """One time and one set of modes for what the context holds, whoever assembled it and when."""
+    for path in [ctx, *sorted(ctx.rglob("*"))]:
+        if path.is_symlink() or path.suffix == ".whl" or path.parent.name == "tools":
+            continue  # links to the wheel cache and uv (their times and modes are the cache's)
+        os.utime(path, (epoch, epoch))
+        # COPY keeps a context file's mode: under a umask of 077 /opt/envbuild's folders were root's
+        # alone (the image's user could not read the project's checks nor run the pip wrapper), and
+        # each umask gave the image other layer digests. A file linked from elsewhere (an sdist from
+        # a local wheelhouse) keeps its owner's mode: only the builder, as root, reads it.
+        info = path.stat()
+        if path.is_dir() or info.st_nlink == 1:
+            path.chmod(0o755 if path.is_dir() or info.st_mode & 0o100 else 0o644)
+
+
 def prepare(
     project: Project, plan: Plan, opts: BuildOptions, platform: str, events: Events | None = None, *, fetch: bool = True
 ) -> Context:
@@ -379,14 +394,6 @@ def prepare(
             os.link(source, target)
         except OSError:
             shutil.copy2(source, target)
-    for path in [ctx, *sorted(ctx.rglob("*"))]:
-        if path.is_symlink() or path.suffix == ".whl" or path.parent.name == "tools":
-            continue  # links to the wheel cache and uv (their times and modes are the cache's)
-        os.utime(path, (made.epoch, made.epoch))
-        # COPY keeps a context file's mode: under a umask of 077 /opt/envbuild's folders were
-        # root's alone (the image's user could not read the project's checks nor run the pip
-        # wrapper), and each umask gave the image other layer digests
-        executable = path.is_dir() or path.stat().st_mode & 0o100
-        path.chmod(0o755 if executable else 0o644)
+    _settle(ctx, made.epoch)
     names = tuple(w.name for w in wheels)
     return Context(ctx, built, lock, platform, labels, names, made.epoch, pending, sides, taking)

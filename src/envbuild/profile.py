@@ -26,7 +26,7 @@ from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from envbuild.names import NAME_MAX, NAME_RE, NAME_RULE, canonical, json_sha256
 from envbuild.profilefile import Loaded, free_threaded, odd_path, read_raw, series_newest, unparsable_fix
-from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE, lower_case_fix
+from envbuild.refs import IMAGE_RE, REGISTRY_RE, URL_RE, near_miss_fix
 
 PYTHON_RE = re.compile(r"^3\.\d{1,2}$")
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+$")
@@ -94,7 +94,7 @@ class _Pattern:
 
     def check(self, value: str) -> str:
         if not self.regex.fullmatch(value):
-            fix = lower_case_fix(self.regex, value) or f"write it like {self.example}"
+            fix = near_miss_fix(self.regex, value) or f"write it like {self.example}"
             if self.package and re.fullmatch(r"\d+\.\d+", value):
                 fix = f'name a release of the {value} series ("{value}.0" is its first)'
                 fix += series_newest(self.package, value)

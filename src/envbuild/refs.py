@@ -49,11 +49,11 @@ def check(where: str, value: str | None, kind: str) -> None:
     pattern, what, example = _KINDS[kind]
     if value is not None and not pattern.fullmatch(value):
         raise UsageError(
-            f"{where} {value!r} is not {what}", hint=lower_case_fix(pattern, value) or f"write e.g. {example}"
+            f"{where} {value!r} is not {what}", hint=near_miss_fix(pattern, value) or f"write e.g. {example}"
         )
 
 
-def lower_case_fix(pattern: re.Pattern[str], value: str) -> str | None:
+def near_miss_fix(pattern: re.Pattern[str], value: str) -> str | None:
     """The fix where a registry path or repository is one small slip from a good one: an
     organisation's name as GitHub shows it (Acme/Envs), a registry written as a URL
     (http://localhost:5000/envs/), a registry host with no path. An image reference's tag keeps
