@@ -91,6 +91,8 @@ def test_a_library_mounted_at_run_time_is_the_hosts_and_not_held_to_the_image(
     monkeypatch.setattr(oslibs, "_mounted", lambda: {str(dpkg["z"])})
     found, facts = _check(dpkg, built)
     assert found == [] and facts["os_libraries_checked"] == 1
+    monkeypatch.setattr(oslibs, "_mounted", lambda: {str(dpkg["z"].parent)})  # a folder `-v` mounted
+    assert _check(dpkg, built)[0] == []
 
 
 def test_without_dpkg_nothing_is_held_and_the_report_says_so(dpkg: dict[str, Path], tmp_path: Path) -> None:

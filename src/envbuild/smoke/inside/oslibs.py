@@ -59,13 +59,18 @@ def _md5s(info: str, package: str) -> dict[str, str]:
 
 
 def _mounted() -> set[str]:
-    """Files mounted into the container at run time (the NVIDIA container toolkit's driver libraries,
-    which may stand where a package's file did): the host's, not the image's."""
+    """What is mounted into the container at run time but its root (the NVIDIA container toolkit's
+    driver libraries, which may stand where a package's file did; a `-v` folder): the host's files,
+    not the image's."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8") as fh:
-            return {line.split()[4] for line in fh if len(line.split()) > 4}
+            return {line.split()[4] for line in fh if len(line.split()) > 4} - {"/"}
     except OSError:
         return set()
+
+
+def _under(path: str, mounts: set[str]) -> bool:
+    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts)
 
 
 def mapped_files() -> set[str]:
@@ -124,7 +129,7 @@ def problems(
     differ, unowned, checked = [], [], 0
     for path in _mapped_outside(outside):
         package = owners.get(_key(path))
-        if path in mounts:
+        if _under(path, mounts):
             continue
         if package is None:
             unowned.append(path)
