@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import certifi
 import pytest
 
 from envbuild import lockfile
@@ -147,11 +148,18 @@ def _layer_members(cli: Any, image_id: str) -> list[tuple[str, bytes | None]]:
     return found
 
 
+_PEM = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
+
+
 def _host_only_certs(cli: Any, image_id: str) -> list[bytes]:
-    """Certificates in the host bundle that the image's own CA store does not have (the proxy's)."""
-    host = re.findall(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", Path(CA).read_bytes(), re.S)
-    image_store = cli.containers.run(image_id, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True)
-    return [c for c in host if c not in image_store]
+    """Certificates in the host bundle that no public bundle has: the proxy's, the ones a leak would
+    carry. A public root the host's ca-certificates has and the image's older one lacks is not
+    secret: pip's vendored certifi ships it too (CI's host met exactly that)."""
+    public = cli.containers.run(image_id, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True)
+    mozilla = Path("/usr/share/ca-certificates/mozilla")
+    public += b"".join(f.read_bytes() for f in sorted(mozilla.glob("*.crt")))
+    public += Path(certifi.where()).read_bytes()
+    return [c for c in _PEM.findall(Path(CA).read_bytes()) if c not in public]
 
 
 def test_no_ca_bundle_pip_cache_or_wheels_in_any_layer(docker_client: Any, built_cpu: dict[str, Any]) -> None:
@@ -176,6 +184,14 @@ def test_no_downloaded_debs_beyond_what_the_base_had(docker_client: Any, built_c
     in_image = set(_run(docker_client, built_cpu["image_id"], *listing).split())
     in_base = set(_run(docker_client, BASE, *listing).split())
     assert in_image <= in_base, sorted(in_image - in_base)[:5]
+
+
+def test_the_venv_holds_no_file_that_says_which_uv_built_it(docker_client: Any, built_cpu: dict[str, Any]) -> None:
+    """uv leaves an empty /opt/venv/.lock whose mode changed between uv releases (0777, then 0666):
+    with it, one lockfile built on two hosts gave two environments. The layer steps remove it."""
+    listing = _run(docker_client, built_cpu["image_id"], "ls", "-A", "/opt/venv").split()
+    assert "pyvenv.cfg" in listing  # the folder really was listed
+    assert ".lock" not in listing, listing
 
 
 def test_torch_ships_without_its_cpp_test_executables_but_with_its_headers(

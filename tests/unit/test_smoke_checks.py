@@ -885,15 +885,19 @@ def test_a_standard_library_moved_by_pythonhome_fails_even_with_pins(
         "interpreter": {"stdlib": recorded, "files": {}, "executable": ["/usr/bin/python3.11", "x"]}
     }
     monkeypatch.setenv("PYTHONHOME", "/evil")
+    upgraded = {"libpython3.11-stdlib": "3.11.2-6+deb12u9"}  # OS packages that moved too: still no apt upgrade
     with pytest.raises(CheckFailed) as failed:
-        integrity._base_python(built, str(tmp_path / "venv"), _ctx(expect={}, lock_match="pins"), Result("integrity"))
+        integrity._base_python(
+            built, str(tmp_path / "venv"), _ctx(expect={}, lock_match="pins"), Result("integrity"), upgraded
+        )
     assert (
         failed.value.reason
         == f"the standard library is read from {here}, not the build's {recorded} (PYTHONHOME=/evil)"
     )
     assert failed.value.remedy.startswith("unset PYTHONHOME")
     built["interpreter"] = manifest.interpreter(str(tmp_path / "venv"))  # the folder and files recorded
-    assert integrity._base_python(built, str(tmp_path / "venv"), _ctx(expect={}, lock_match="exact"), Result("x")) == []
+    venv = str(tmp_path / "venv")
+    assert integrity._base_python(built, venv, _ctx(expect={}, lock_match="exact"), Result("x"), upgraded) == []
 
 
 def test_a_library_a_locked_wheel_ships_loaded_from_another_folder_is_named() -> None:

@@ -233,10 +233,10 @@ def _fail_if_shadowed(ctx: Context) -> None:
     raise CheckFailed("; ".join(problems), "; ".join(fixes) + ": the tested environment must be the one that runs")
 
 
-def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -> list[str]:
+def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result, packages: dict[str, str]) -> list[str]:
     """What changed in the base Python a venv runs on (manifest.interpreter says why it is
     recorded): its binary and standard library against the build's record. With --lock-match pins and
-    changed OS packages (an apt upgrade in a derived image) it is listed in the facts, not failed."""
+    changed OS `packages` (an apt upgrade in a derived image) it is listed in the facts, not failed."""
     then = manifest.get("interpreter")
     if not then:
         return []  # a conda env holds its own Python, under root
@@ -260,7 +260,7 @@ def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result) -
     ):
         if paths:
             problems.append(_say(kind, {where: sorted(paths)}))
-    if problems and ctx.lock_match == "pins" and os_packages() != manifest.get("os_packages"):
+    if problems and ctx.lock_match == "pins" and packages != manifest.get("os_packages"):
         r.facts["base_python_changed"] = "; ".join(problems) + " (with the OS packages: an apt upgrade)"
         return []
     return problems
@@ -351,10 +351,11 @@ def check_integrity(ctx: Context, r: Result) -> None:
     added = [p for p in current if p not in recorded]
     # files the manifest vouches for that their wheel's RECORD does not: edited with the manifest
     forged = [p for p in unlike_record(root, current) if recorded.get(p) == current[p]]
-    base = _base_python(manifest, root, ctx, r)
+    packages = os_packages()  # a dpkg-query run: once, for the base Python and the OS libraries
+    base = _base_python(manifest, root, ctx, r, packages)
     _fail_if_shadowed(ctx)
     # torch is imported (_fail_if_shadowed): what it loads from the OS is checked too
-    libs = oslibs.problems(manifest, [root, sysconfig.get_paths()["stdlib"]], os_packages(), r.facts)
+    libs = oslibs.problems(manifest, [root, sysconfig.get_paths()["stdlib"]], packages, r.facts)
     if not (changed or removed or added or base or forged or libs):
         return
     owners = _owners(root)

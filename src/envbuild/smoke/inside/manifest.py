@@ -20,8 +20,9 @@ VENV = "/opt/venv"
 MANIFEST_VERSION = 1
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
+def file_digest(path: str, algorithm: str = "sha256") -> str:
+    """hashlib.file_digest, which the image's Python may predate (3.11)."""
+    h = hashlib.new(algorithm, usedforsecurity=False)  # md5: dpkg's record, itself held by sha256
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
@@ -46,11 +47,11 @@ def scan(root: str, known: dict[str, list[Any]] | None = None) -> dict[str, list
                 if not real.startswith(inside) and os.path.isfile(real):
                     # what it points to outside root counts too: Debian's stdlib sitecustomize.py is
                     # a link to /etc/python3.11/sitecustomize.py, and an edit there runs at every start
-                    files[rel].append(_sha256(real))
+                    files[rel].append(file_digest(real))
             elif stat.S_ISREG(st.st_mode):
                 mode = oct(stat.S_IMODE(st.st_mode))
                 had = (known or {}).get(rel)
-                files[rel] = had if had is not None and had[0] == mode else [mode, _sha256(path)]
+                files[rel] = had if had is not None and had[0] == mode else [mode, file_digest(path)]
     return files
 
 
@@ -77,7 +78,7 @@ def interpreter(root: str) -> dict[str, Any] | None:
     if os.path.realpath(stdlib).startswith(os.path.realpath(root) + os.sep):
         return None
     exe = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
-    return {"stdlib": stdlib, "files": scan(stdlib), "executable": [exe, _sha256(exe)]}
+    return {"stdlib": stdlib, "files": scan(stdlib), "executable": [exe, file_digest(exe)]}
 
 
 def _manifest(root: str, files: dict[str, list[Any]]) -> dict[str, Any]:

@@ -7,20 +7,13 @@ there is no dpkg there is no record to hold a file to."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
+from .manifest import file_digest
+
 DPKG_INFO = "/var/lib/dpkg/info"
 SHOWN = 5
-
-
-def _digest(path: str, algorithm: str = "sha256") -> str:
-    h = hashlib.new(algorithm, usedforsecurity=False)  # md5: dpkg's record, itself held by sha256
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def records(info: str = DPKG_INFO) -> dict[str, str]:
@@ -30,7 +23,7 @@ def records(info: str = DPKG_INFO) -> dict[str, str]:
         names = sorted(os.listdir(info))
     except OSError:
         return {}
-    return {n.removesuffix(".md5sums"): _digest(os.path.join(info, n)) for n in names if n.endswith(".md5sums")}
+    return {n.removesuffix(".md5sums"): file_digest(os.path.join(info, n)) for n in names if n.endswith(".md5sums")}
 
 
 def _key(path: str) -> str:
@@ -127,6 +120,7 @@ def problems(
             )
     owners, mounts = _owners(info), _mounted()
     differ, unowned, checked = [], [], 0
+    sums: dict[str, dict[str, str]] = {}  # a package's md5sums, read once however many of its files are mapped
     for path in _mapped_outside(outside):
         package = owners.get(_key(path))
         if _under(path, mounts):
@@ -134,10 +128,12 @@ def problems(
         if package is None:
             unowned.append(path)
             continue
-        expected = _md5s(info, package).get(_key(path))
+        if package not in sums:
+            sums[package] = _md5s(info, package)
+        expected = sums[package].get(_key(path))
         if expected is not None:
             checked += 1
-            if _digest(path, "md5") != expected:
+            if file_digest(path, "md5") != expected:
                 differ.append(f"{path} ({package.split(':')[0]})")
     facts["os_libraries_checked"] = checked
     if unowned:  # a library of the base image's own, or the host's: listed, not failed
