@@ -142,6 +142,32 @@ def test_a_patched_os_library_fails_integrity_naming_it_and_its_package(
     assert "envbuild build cpu-py311" in integrity["remedy"]
 
 
+def test_an_os_package_installed_in_a_derived_image_fails_exact_and_is_listed_with_pins(
+    docker_client: Any, built_cpu: dict[str, Any]
+) -> None:
+    """An apt-get or dpkg install leaves files dpkg vouches for: the OS libraries check passes it, and
+    so did exact, which means the image as built. A package made and installed here, offline."""
+    control = "Package: envbuild-probe\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: e2e\\nDescription: probe\\n"
+    image = derived(
+        docker_client,
+        built_cpu["image_id"],
+        "USER root",
+        f"RUN mkdir -p /tmp/probe/DEBIAN && printf '{control}' > /tmp/probe/DEBIAN/control "
+        "&& dpkg-deb --build /tmp/probe /tmp/probe.deb && dpkg -i /tmp/probe.deb && rm -rf /tmp/probe /tmp/probe.deb",
+        "USER 1000:1000",
+    )
+    try:
+        exact = host.run_in_image(docker_client, image.id, gpus="none", only=["integrity"])
+        integrity = _check(exact, "integrity")
+        assert integrity["reason"].endswith("1 OS package(s) not as built: envbuild-probe (added)"), integrity
+        assert "check it with --lock-match pins" in integrity["remedy"]
+        pins = host.run_in_image(docker_client, image.id, gpus="none", only=["integrity"], lock_match="pins")
+        assert pins["passed"], host.summary(pins)
+        assert _check(pins, "integrity")["facts"]["os_packages_changed"] == ["envbuild-probe (added)"]
+    finally:
+        docker_client.images.remove(image.id, force=True, noprune=True)
+
+
 def test_a_patched_copy_of_the_environment_first_on_path_fails_integrity(
     docker_client: Any, built_cpu: dict[str, Any]
 ) -> None:

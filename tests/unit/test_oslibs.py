@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from envbuild.smoke.inside import oslibs
+from envbuild.smoke.inside.manifest import dpkg_records
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def _check(
 
 
 def _built(dpkg: dict[str, Path]) -> dict[str, Any]:
-    return {"os_packages": dict(VERSIONS), "dpkg_records": oslibs.records(str(dpkg["info"]))}
+    return {"os_packages": dict(VERSIONS), "dpkg_records": dpkg_records(str(dpkg["info"]))}
 
 
 def test_the_libraries_as_built_pass_and_one_no_package_owns_is_listed(dpkg: dict[str, Path]) -> None:

@@ -525,6 +525,39 @@ def test_a_change_to_the_base_python_s_standard_library_fails_the_integrity_chec
     assert "an apt upgrade" in r.facts["base_python_changed"]
 
 
+def test_os_packages_moved_since_the_build_fail_exact_and_are_listed_with_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An `apt-get install` or upgrade in the image leaves files dpkg vouches for, so the OS libraries
+    check passes it, and exact passed it too, though exact means the image as built. It fails there,
+    naming each package, and sends a derived image to pins, which lists them."""
+    from envbuild.smoke.inside import integrity, manifest, oslibs
+
+    built = {"libc6": "2.36-9+deb12u7", "zlib1g": "1:1.2.13.dfsg-1"}
+    monkeypatch.setattr(manifest, "os_packages", lambda: built)
+    _, folder = _image_like(tmp_path, monkeypatch)
+    ctx = _ctx(expect_path=str(folder / "expect.json"))
+    monkeypatch.setattr(integrity, "os_packages", lambda: built)
+    integrity.check_integrity(ctx, Result("integrity"))  # as built
+    now = {"less": "590-2.1~deb12u2", "libc6": "2.36-9+deb12u9"}
+    monkeypatch.setattr(integrity, "os_packages", lambda: now)
+    with pytest.raises(CheckFailed) as failed:
+        integrity.check_integrity(ctx, Result("integrity"))
+    assert failed.value.reason == (
+        "the environment differs from the image's build manifest: 3 OS package(s) not as built: "
+        "less (added), libc6 2.36-9+deb12u7 -> 2.36-9+deb12u9, zlib1g (removed)"
+    )
+    assert failed.value.remedy.startswith("an image built FROM an envbuild image with packages added: check it with")
+    r = Result("integrity")
+    integrity.check_integrity(_ctx(expect_path=str(folder / "expect.json"), lock_match="pins"), r)
+    assert r.facts["os_packages_changed"] == [
+        "less (added)",
+        "libc6 2.36-9+deb12u7 -> 2.36-9+deb12u9",
+        "zlib1g (removed)",
+    ]
+    assert oslibs.package_changes({}, now) == []  # built without dpkg: nothing to hold them to
+
+
 def test_a_manifest_edited_with_the_files_it_lists_fails_the_integrity_check(tmp_path: Path) -> None:
     """A file changed and its manifest entry rewritten to match: the files agree with the manifest,
     but the manifest is no longer the one the build wrote (its digest is the env-digest)."""
@@ -970,7 +1003,7 @@ def test_a_preload_that_replaces_a_library_a_wheel_ships_fails_and_names_the_pre
     """`LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libgomp.so.1` (an OpenMP clash workaround) puts the
     OS's libgomp in place of the one torch's CPU wheel ships, and the report blamed LD_LIBRARY_PATH,
     which was not set. A preload of a library no wheel ships is still only reported."""
-    from envbuild.smoke.inside import integrity
+    from envbuild.smoke.inside import integrity, oslibs
 
     system = "/usr/lib/x86_64-linux-gnu/libgomp.so.1"
     found = [("libgomp.so.1", system)]
@@ -988,9 +1021,9 @@ def test_a_preload_that_replaces_a_library_a_wheel_ships_fails_and_names_the_pre
     )
     assert "LD_LIBRARY_PATH" not in failed.value.remedy
     monkeypatch.setenv("LD_PRELOAD", "libgomp.so.1")  # a bare name, which the loader searches for
-    assert integrity._preloaded_among(found) == "LD_PRELOAD=libgomp.so.1"
+    assert oslibs.preloaded_among(found) == "LD_PRELOAD=libgomp.so.1"
     monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libjemalloc.so.2")
-    assert integrity._preloaded_among(found) == ""
+    assert oslibs.preloaded_among(found) == ""
     monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # then it is what put the copy first
     with pytest.raises(CheckFailed) as failed:
         integrity._fail_if_shadowed(_ctx(expect={}))

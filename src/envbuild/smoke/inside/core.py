@@ -15,6 +15,7 @@ GPU_REFUSED_ENV = "ENVBUILD_SMOKE_GPU_REFUSED"
 # Set by `envbuild smoke` to the image's WORKDIR (Config.WorkingDir), where users' code starts.
 WORKDIR_ENV = "ENVBUILD_SMOKE_WORKDIR"
 SHM_MIN_BYTES = 1 << 30
+SHOWN = 5  # of a long list in a failure
 BOOTSTRAP = {"pip", "setuptools", "wheel"}  # installed by venv itself, not by the lock
 # cuBLAS needs this before its first handle for deterministic results.
 
@@ -115,6 +116,11 @@ def extension_module(filename: str) -> bool:
     a bare ".so" counts only without the "lib" every library's name starts with."""
     suffixes = tuple(s for s in importlib.machinery.EXTENSION_SUFFIXES if s != ".so")
     return filename.endswith(suffixes) or (filename.endswith(".so") and not filename.startswith("lib"))
+
+
+def shortlist(items: list[str], sep: str = ", ") -> str:
+    """The first few of a list a failure names, and `...` where it holds more."""
+    return sep.join(items[:SHOWN]) + (", ..." if len(items) > SHOWN else "")
 
 
 def _canon(name: str) -> str:

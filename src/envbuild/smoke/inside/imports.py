@@ -19,11 +19,10 @@ import tempfile
 import time
 from importlib import metadata
 
-from .core import BOOTSTRAP, CheckFailed, Context, Result, Skip, _canon, extension_module
+from .core import BOOTSTRAP, SHOWN, CheckFailed, Context, Result, Skip, _canon, extension_module
 from .integrity import _top_level
 
 LIMIT_S = 300.0
-SHOWN = 5
 MARK = "@envbuild-import@ "  # the child's lines for us, told apart from what imports print
 # Stray top-level folders some wheels ship, never what users import; pip, setuptools and wheel are
 # left out too (importing pip makes setuptools' distutils shim stand down for the process).

@@ -15,12 +15,10 @@ from importlib import metadata
 from typing import Any, NamedTuple
 
 from . import oslibs
-from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon, extension_module
+from .core import WORKDIR_ENV, CheckFailed, Context, Result, Skip, _canon, extension_module, shortlist
 from .manifest import DIGEST, MANIFEST, digest, interpreter, os_packages, scan
 from .records import unlike_record
 from .versions import locked_pins, moved_remedy
-
-SHOWN = 5
 
 
 def _owners(root: str) -> dict[str, str]:
@@ -55,8 +53,7 @@ def _by_owner(paths: list[str], owners: dict[str, str]) -> dict[str, list[str]]:
 
 def _say(kind: str, grouped: dict[str, list[str]]) -> str:
     return "; ".join(
-        f"{dist}: {len(files)} file(s) {kind} ({', '.join(files[:SHOWN])}{', ...' if len(files) > SHOWN else ''})"
-        for dist, files in sorted(grouped.items())
+        f"{dist}: {len(files)} file(s) {kind} ({shortlist(files)})" for dist, files in sorted(grouped.items())
     )
 
 
@@ -193,8 +190,9 @@ def _inside(where: str, homes: set[str]) -> bool:
 
 
 def _outside(what: str, found: list[str], variable: str, value: str) -> str:
-    listed = "; ".join(found[:SHOWN]) + (", ..." if len(found) > SHOWN else "")
-    return f"{what} from outside the environment: {listed}" + (f" ({variable}={value} comes first)" if value else "")
+    return f"{what} from outside the environment: {shortlist(found, '; ')}" + (
+        f" ({variable}={value} comes first)" if value else ""
+    )
 
 
 def _fail_if_shadowed(ctx: Context) -> None:
@@ -218,7 +216,7 @@ def _fail_if_shadowed(ctx: Context) -> None:
         fixes.append(f"take those folders off PYTHONPATH{where} or out of sys.path")
     if libraries:
         what = "libraries the locked wheels ship are loaded"
-        preloaded = _preloaded_among(libraries)
+        preloaded = oslibs.preloaded_among(libraries)
         if preloaded:  # naming only LD_LIBRARY_PATH here would send the user to the wrong place
             problems.append(f"{_outside(what, _named(libraries), '', '')} (preloaded: {preloaded})")
             fixes.append(
@@ -266,41 +264,6 @@ def _base_python(manifest: dict[str, Any], root: str, ctx: Context, r: Result, p
     return problems
 
 
-def _preload_entries() -> list[tuple[str, str]]:
-    """(where it is set, the library as written) for each preloaded library; the loader takes
-    spaces and colons between LD_PRELOAD's entries, whitespace in /etc/ld.so.preload."""
-    entries = [("LD_PRELOAD", e) for e in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()]
-    try:
-        with open("/etc/ld.so.preload", encoding="utf-8") as fh:
-            entries += [("/etc/ld.so.preload", e) for e in fh.read().split()]
-    except OSError:
-        pass
-    return entries
-
-
-def _preloaded_among(libraries: list[tuple[str, str]]) -> str:
-    """The preload entries that put one of `libraries` in place of a wheel's own: written as a
-    path (matched resolved) or as a bare name the loader searched for."""
-    hits = [
-        f"{source}={entry}" if source == "LD_PRELOAD" else f"{source}: {entry}"
-        for source, entry in _preload_entries()
-        for name, path in libraries
-        if (os.path.realpath(entry) == os.path.realpath(path) if "/" in entry else entry == name)
-    ]
-    return "; ".join(dict.fromkeys(hits))
-
-
-def _preloaded() -> str:
-    """Libraries loaded into every process before torch's own: shown, not failed (jemalloc and
-    tcmalloc preloads are common and legitimate), since no manifest covers them and they can
-    change what every check measured."""
-    found = [f"LD_PRELOAD={os.environ['LD_PRELOAD']}"] if os.environ.get("LD_PRELOAD") else []
-    listed = " ".join(entry for source, entry in _preload_entries() if source == "/etc/ld.so.preload")
-    if listed:
-        found.append(f"/etc/ld.so.preload: {listed}")
-    return "; ".join(found)
-
-
 def check_integrity(ctx: Context, r: Result) -> None:
     # beside expect.json: the image's /opt/envbuild; a local run's folder has none
     folder = os.path.dirname(ctx.expect_path or MANIFEST)
@@ -308,7 +271,7 @@ def check_integrity(ctx: Context, r: Result) -> None:
         os.path.join(folder, os.path.basename(MANIFEST)),
         os.path.join(folder, os.path.basename(DIGEST)),
     )
-    preload = _preloaded()
+    preload = oslibs.preloaded()
     if preload:
         r.facts["preload"] = preload
     if ctx.local or not os.path.isfile(manifest_path):
@@ -356,11 +319,14 @@ def check_integrity(ctx: Context, r: Result) -> None:
     _fail_if_shadowed(ctx)
     # torch is imported (_fail_if_shadowed): what it loads from the OS is checked too
     libs = oslibs.problems(manifest, [root, sysconfig.get_paths()["stdlib"]], packages, r.facts)
-    if not (changed or removed or added or base or forged or libs):
+    apt = oslibs.package_changes(manifest.get("os_packages"), packages)
+    if apt and ctx.lock_match != "exact":  # a derived image's apt-get: listed, as its pip installs are
+        r.facts["os_packages_changed"], apt = apt, []
+    if not (changed or removed or added or base or forged or libs or apt):
         return
     owners = _owners(root)
     locked = set(locked_pins(ctx))
-    problems = [*base, *libs]
+    problems = [*base, *libs] + ([f"{len(apt)} OS package(s) not as built: {shortlist(apt)}"] if apt else [])
     if changed:
         problems.append(_say("changed", _by_owner(changed, owners)))
     if removed:

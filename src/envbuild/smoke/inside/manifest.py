@@ -18,6 +18,7 @@ MANIFEST = "/opt/envbuild/manifest.json"
 DIGEST = "/opt/envbuild/env-digest"
 VENV = "/opt/venv"
 MANIFEST_VERSION = 1
+DPKG_INFO = "/var/lib/dpkg/info"
 
 
 def file_digest(path: str, algorithm: str = "sha256") -> str:
@@ -65,6 +66,16 @@ def os_packages() -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def dpkg_records(info: str = DPKG_INFO) -> dict[str, str]:
+    """{package (with its architecture where dpkg names it so): sha256 of its md5sums file}: what dpkg
+    holds each installed file's content to, as the build leaves it. Empty without dpkg."""
+    try:
+        names = sorted(os.listdir(info))
+    except OSError:
+        return {}
+    return {n.removesuffix(".md5sums"): file_digest(os.path.join(info, n)) for n in names if n.endswith(".md5sums")}
+
+
 def _stdlib() -> str:
     return sysconfig.get_paths()["stdlib"]
 
@@ -83,11 +94,7 @@ def interpreter(root: str) -> dict[str, Any] | None:
 
 def _manifest(root: str, files: dict[str, list[Any]]) -> dict[str, Any]:
     out = {"version": MANIFEST_VERSION, "root": root, "files": files, "os_packages": os_packages()}
-    # what the OS's libraries the environment loads are held to; imported here, as a layer's step
-    # runs this file alone (--part), outside its package
-    from . import oslibs
-
-    out["dpkg_records"] = oslibs.records()
+    out["dpkg_records"] = dpkg_records()  # what the OS's libraries the environment loads are held to
     base = interpreter(root)
     if base is not None:
         out["interpreter"] = base

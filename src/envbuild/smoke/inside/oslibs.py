@@ -3,27 +3,29 @@ venv sees: torch links against the OS's C++ runtime, so an image whose libstdc++
 check and passed. Each one this process has mapped is held to dpkg's record of its package (the
 package's md5sums), and that record to the one the build wrote into the manifest: a record that moved
 while its package's version did not was edited with the file. Debian and Ubuntu bases only: where
-there is no dpkg there is no record to hold a file to."""
+there is no dpkg there is no record to hold a file to. Also here: the OS packages against the
+build's list, and the libraries preloaded into every process."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from .manifest import file_digest
-
-DPKG_INFO = "/var/lib/dpkg/info"
-SHOWN = 5
+from .core import shortlist
+from .manifest import DPKG_INFO, dpkg_records, file_digest
 
 
-def records(info: str = DPKG_INFO) -> dict[str, str]:
-    """{package (with its architecture where dpkg names it so): sha256 of its md5sums file}: what dpkg
-    holds each installed file's content to, as the build leaves it. Empty without dpkg."""
-    try:
-        names = sorted(os.listdir(info))
-    except OSError:
-        return {}
-    return {n.removesuffix(".md5sums"): file_digest(os.path.join(info, n)) for n in names if n.endswith(".md5sums")}
+def package_changes(before: dict[str, str] | None, now: dict[str, str]) -> list[str]:
+    """The OS packages added, removed or at another version than the build recorded
+    (`libstdc++6 12.2.0-14 -> 12.2.0-15`, `vim (added)`): an apt-get in an image built FROM this one,
+    or in a tampered one. Empty where the build recorded none (no dpkg in its image)."""
+    if not before:
+        return []
+    return [
+        f"{p} {before[p]} -> {now[p]}" if p in before and p in now else f"{p} ({'added' if p in now else 'removed'})"
+        for p in sorted({*before, *now})
+        if before.get(p) != now.get(p)
+    ]
 
 
 def _key(path: str) -> str:
@@ -104,7 +106,7 @@ def problems(
         facts["os_libraries"] = "no dpkg here: the OS's libraries are not checked"
         return []
     out = []
-    then, now = manifest.get("dpkg_records"), records(info)
+    then, now = manifest.get("dpkg_records"), dpkg_records(info)
     if then is not None:
         before = manifest.get("os_packages") or {}
         # a record that moved with its package's version is an apt upgrade or install; without, an edit
@@ -114,9 +116,9 @@ def problems(
             if then.get(p) != now.get(p) and before.get(p.split(":")[0]) == now_packages.get(p.split(":")[0])
         )
         if edited:
-            shown = ", ".join(edited[:SHOWN]) + (", ..." if len(edited) > SHOWN else "")
             out.append(
-                f"dpkg's record of the files of {len(edited)} OS package(s) changed, their versions did not: {shown}"
+                f"dpkg's record of the files of {len(edited)} OS package(s) changed, their versions did not: "
+                + shortlist(edited)
             )
     owners, mounts = _owners(info), _mounted()
     differ, unowned, checked = [], [], 0
@@ -141,6 +143,41 @@ def problems(
     if differ:
         out.append("OS libraries loaded here differ from their package's files: " + ", ".join(differ))
     return out
+
+
+def preload_entries() -> list[tuple[str, str]]:
+    """(where it is set, the library as written) for each preloaded library; the loader takes
+    spaces and colons between LD_PRELOAD's entries, whitespace in /etc/ld.so.preload."""
+    entries = [("LD_PRELOAD", e) for e in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()]
+    try:
+        with open("/etc/ld.so.preload", encoding="utf-8") as fh:
+            entries += [("/etc/ld.so.preload", e) for e in fh.read().split()]
+    except OSError:
+        pass
+    return entries
+
+
+def preloaded_among(libraries: list[tuple[str, str]]) -> str:
+    """The preload entries that put one of `libraries` in place of a wheel's own: written as a
+    path (matched resolved) or as a bare name the loader searched for."""
+    hits = [
+        f"{source}={entry}" if source == "LD_PRELOAD" else f"{source}: {entry}"
+        for source, entry in preload_entries()
+        for name, path in libraries
+        if (os.path.realpath(entry) == os.path.realpath(path) if "/" in entry else entry == name)
+    ]
+    return "; ".join(dict.fromkeys(hits))
+
+
+def preloaded() -> str:
+    """Libraries loaded into every process before torch's own: shown, not failed (jemalloc and
+    tcmalloc preloads are common and legitimate), since no manifest covers them and they can
+    change what every check measured."""
+    found = [f"LD_PRELOAD={os.environ['LD_PRELOAD']}"] if os.environ.get("LD_PRELOAD") else []
+    listed = " ".join(entry for source, entry in preload_entries() if source == "/etc/ld.so.preload")
+    if listed:
+        found.append(f"/etc/ld.so.preload: {listed}")
+    return "; ".join(found)
 
 
 def remedy(profile: str) -> str:

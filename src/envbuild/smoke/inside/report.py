@@ -131,6 +131,7 @@ SUMMARY_FACTS = (
     "torch",
     "numpy",
     "not_in_lockfile",  # --lock-match pins: what a derived image added, named in the table too
+    "os_packages_changed",  # and what its apt-get did
     "imported",
     "device_count",
     "version",
@@ -163,7 +164,10 @@ def only_note(report: dict[str, Any]) -> str:
 
 
 def _shown(value: Any) -> str:
-    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    if not isinstance(value, list):
+        return str(value)
+    items = list(map(str, value))
+    return ("; " if any(" " in i for i in items) else " ").join(items)  # "libc6 A -> B; less (added)"
 
 
 def table(report: dict[str, Any]) -> str:
