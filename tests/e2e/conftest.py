@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import certifi
 import pytest
 
 from ..conftest import REPO
@@ -27,6 +29,20 @@ CA = "/etc/ssl/certs/ca-certificates.crt"
 def local_build(name: str, tag: str) -> list[str]:
     """`build NAME` as the e2e suite runs it: the debootstrapped base, the wheelhouse, the host CA."""
     return ["build", name, "--base", BASE, "--find-links", WHEELS, "--ca-bundle", CA, "--tag", tag]
+
+
+_PEM = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
+
+
+def host_only_certs(cli: Any, image_id: str) -> list[bytes]:
+    """Certificates in the host bundle that no public bundle has: the proxy's, the ones a leak would
+    carry. A public root the host's ca-certificates has and the image's older one lacks is not
+    secret: pip's vendored certifi ships it too (CI's host met exactly that)."""
+    public = cli.containers.run(image_id, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True)
+    mozilla = Path("/usr/share/ca-certificates/mozilla")
+    public += b"".join(f.read_bytes() for f in sorted(mozilla.glob("*.crt")))
+    public += Path(certifi.where()).read_bytes()
+    return [c for c in _PEM.findall(Path(CA).read_bytes()) if c not in public]
 
 
 def variant(e2e_project: Path, dest: Path, name: str, packages: str) -> Path:

@@ -12,13 +12,12 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import certifi
 import pytest
 
 from envbuild import lockfile
 from envbuild.names import canonical, content_digest
 
-from .conftest import BASE, CA, WHEELS, envbuild, local_build
+from .conftest import BASE, WHEELS, envbuild, host_only_certs, local_build
 
 pytestmark = pytest.mark.e2e
 
@@ -148,20 +147,6 @@ def _layer_members(cli: Any, image_id: str) -> list[tuple[str, bytes | None]]:
     return found
 
 
-_PEM = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
-
-
-def _host_only_certs(cli: Any, image_id: str) -> list[bytes]:
-    """Certificates in the host bundle that no public bundle has: the proxy's, the ones a leak would
-    carry. A public root the host's ca-certificates has and the image's older one lacks is not
-    secret: pip's vendored certifi ships it too (CI's host met exactly that)."""
-    public = cli.containers.run(image_id, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True)
-    mozilla = Path("/usr/share/ca-certificates/mozilla")
-    public += b"".join(f.read_bytes() for f in sorted(mozilla.glob("*.crt")))
-    public += Path(certifi.where()).read_bytes()
-    return [c for c in _PEM.findall(Path(CA).read_bytes()) if c not in public]
-
-
 def test_no_ca_bundle_pip_cache_or_wheels_in_any_layer(docker_client: Any, built_cpu: dict[str, Any]) -> None:
     members = _layer_members(docker_client, built_cpu["image_id"])
     names = [n for n, _ in members]
@@ -169,7 +154,7 @@ def test_no_ca_bundle_pip_cache_or_wheels_in_any_layer(docker_client: Any, built
     assert not [n for n in names if n.endswith("ca-bundle.crt") or "tmp/envbuild" in n]
     assert not [n for n in names if n.endswith(".whl")]
     assert not [n for n in names if "/.cache/pip" in n or n.startswith("root/.cache")]
-    secret_certs = _host_only_certs(docker_client, built_cpu["image_id"])
+    secret_certs = host_only_certs(docker_client, built_cpu["image_id"])
     for name, data in members:
         if data:
             assert not any(c in data for c in secret_certs), f"the host's CA certificate is in {name}"

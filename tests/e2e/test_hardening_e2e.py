@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ..unit.test_hardening import record
-from .conftest import CA, at_once, local_build
+from .conftest import at_once, host_only_certs, local_build
 
 pytestmark = pytest.mark.e2e
 TOKEN = "S3CRET-envbuild-token-7f3a"  # noqa: S105 - a fake credential the test hunts for
@@ -148,9 +148,7 @@ def test_no_secret_in_any_layer_label_history_or_env(
     image = docker_client.images.get(image_id)
     meta = json.dumps([image.attrs, image.history()])
     assert TOKEN not in meta
-    host_certs = re.findall(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", Path(CA).read_bytes(), re.S)
-    image_store = docker_client.containers.run(image_id, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True)
-    secret_certs = [c for c in host_certs if c not in image_store]
+    secret_certs = host_only_certs(docker_client, image_id)
     files = _all_file_bytes(docker_client, image_id)
     token = TOKEN.encode()
     leaks = [name for name, data in files if token in data or any(c in data for c in secret_certs)]
