@@ -172,6 +172,9 @@ def mutex_path(build_dir: Path, what: str, profile: str) -> Path:
 
 # ---- run-time settings --------------------------------------------------------------------------
 
+# The oldest Python the smoke package runs on (importlib.metadata came with 3.8), which is the image's:
+# a profile's python below it is refused (torch 1.13 has 3.7 wheels).
+SMOKE_MIN_PYTHON = "3.8"
 SMOKE_SHM_SIZE = "2g"  # the smoke test's DataLoader and DDP need more than Docker's 64 MB
 RUN_SHM_SIZE = "8g"  # training, not a smoke test: DataLoader workers with large batches want more
 IMAGE_UID = 1000  # the image's non-root user

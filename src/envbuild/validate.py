@@ -10,6 +10,7 @@ from packaging.version import Version
 
 from envbuild import compat, packagerules, profile
 from envbuild.errors import ProfileError
+from envbuild.names import SMOKE_MIN_PYTHON
 from envbuild.profile import name_parts
 from envbuild.profilefile import Loaded
 from envbuild.project import Project, text_problem
@@ -50,13 +51,8 @@ def _check_name(ld: Loaded, data: dict[str, Any], path: Path, bad: set[str]) -> 
     if name is None:
         return
     if path.stem != name and not path.stem.startswith("_"):
-        ld.add(
-            "error",
-            "name",
-            f"{name!r} differs from the file name {path.name!r}",
-            f"rename the file to {name}.yaml or set name: {path.stem}",
-            name,
-        )
+        fix = f"rename the file to {name}.yaml or set name: {path.stem}"
+        ld.add("error", "name", f"{name!r} differs from the file name {path.name!r}", fix, name)
     parts = name_parts(name)
     if parts is None:
         return
@@ -83,13 +79,8 @@ def _check_name(ld: Loaded, data: dict[str, Any], path: Path, bad: set[str]) -> 
             )
     py = _str(data, "python", bad)
     if py and py != parts.python:
-        ld.add(
-            "error",
-            "python",
-            f"{py!r} disagrees with the name {name!r} (py{parts.python.replace('.', '')})",
-            f'set python: "{parts.python}" or rename the profile',
-            py,
-        )
+        msg = f"{py!r} disagrees with the name {name!r} (py{parts.python.replace('.', '')})"
+        ld.add("error", "python", msg, f'set python: "{parts.python}" or rename the profile', py)
 
 
 def _list(data: dict[str, Any], key: str) -> list[Any]:
@@ -139,7 +130,14 @@ def _check_torch(ld: Loaded, data: dict[str, Any], bad: set[str]) -> None:
 
 def _rule_python(ld: Loaded, data: dict[str, Any], bad: set[str], torch: str, row: compat.TorchRelease) -> None:
     py = _str(data, "python", bad)
-    if not py or not profile.PYTHON_RE.fullmatch(py) or row.python_ok(py):
+    if not py or not profile.PYTHON_RE.fullmatch(py):
+        return
+    if _ver(py) < _ver(SMOKE_MIN_PYTHON):  # torch 1.13 has 3.7 wheels; envbuild's own code cannot run there
+        usable = [v for v in row.python_versions() if _ver(v) >= _ver(SMOKE_MIN_PYTHON)]
+        msg = f"Python {py} cannot run envbuild's smoke test, which runs in the image: it needs {SMOKE_MIN_PYTHON}+"
+        ld.add("error", "python", msg, f'use python "{_closest(usable, py)}"', py)
+        return
+    if row.python_ok(py):
         return
     lo, hi = row.python
     if py in row.python_preview:

@@ -73,7 +73,8 @@ def dpkg_records(info: str = DPKG_INFO) -> dict[str, str]:
         names = sorted(os.listdir(info))
     except OSError:
         return {}
-    return {n.removesuffix(".md5sums"): file_digest(os.path.join(info, n)) for n in names if n.endswith(".md5sums")}
+    # no str.removesuffix: images may run Python 3.8 (torch 2.0-2.4)
+    return {n[: -len(".md5sums")]: file_digest(os.path.join(info, n)) for n in names if n.endswith(".md5sums")}
 
 
 def _stdlib() -> str:
