@@ -555,6 +555,8 @@ def test_os_packages_moved_since_the_build_fail_exact_and_are_listed_with_pins(
         "libc6 2.36-9+deb12u7 -> 2.36-9+deb12u9",
         "zlib1g (removed)",
     ]
+    shown = report.detail({"reason": "", "facts": r.facts})  # the table's line: the items have spaces
+    assert "os_packages_changed=less (added); libc6 2.36-9+deb12u7 -> 2.36-9+deb12u9; zlib1g (removed)" in shown
     assert oslibs.package_changes({}, now) == []  # built without dpkg: nothing to hold them to
 
 

@@ -50,8 +50,8 @@ def test_a_direct_url_requirement_is_refused_with_the_release_to_pin(write_profi
 def test_a_python_the_smoke_test_cannot_run_on_is_refused_though_torch_has_wheels_for_it(
     write_profile: Callable[..., Path],
 ) -> None:
-    """torch 1.13 has Python 3.7 wheels, so this validated, locked and built, and then the image's
-    smoke test could not even start (importlib.metadata came with 3.8)."""
+    """torch 1.13 has Python 3.7 wheels, so this validated, and the image's smoke test could not
+    even start (importlib.metadata came with 3.8)."""
     fields = {"accelerator": "cpu", "cuda": None, "torchvision": None, "torch": "1.13.1", "numpy": "1.21.6"}
     base = "python:3.7-slim-bullseye@sha256:" + "0" * 64
     msg = only_error(write_profile("cpu-py37", name="cpu-py37", python="3.7", base=base, **fields))
